@@ -1,0 +1,154 @@
+"""``create_app(settings) -> FastAPI``. Nothing happens at import time: the engine, the lab catalog,
+the backend and the live hub are built here and kept on ``app.state.ctx``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from sqlmodel import Session
+
+from labserver import __version__, db
+from labserver.backends import make_backend
+from labserver.backends.base import BackendError, PathRefused
+from labserver.config import Settings
+from labserver.content import LabCatalog
+from labserver.live import LiveHub
+from labserver.services.context import AppContext
+from labserver.terminals import TerminalHub
+
+log = logging.getLogger(__name__)
+
+#: npm packages whose files the pages load, mounted under /vendor/<name>
+VENDOR = {
+    "xterm": "@xterm/xterm",
+    "xterm-addon-fit": "@xterm/addon-fit",
+    "codemirror": "codemirror",
+}
+
+
+def vendor_dir(settings: Settings) -> Path:
+    return settings.web_dir / "node_modules"
+
+
+def build_context(settings: Settings) -> AppContext:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.ensure_secret_key()
+    engine = db.make_engine(settings.sqlalchemy_url)
+    db.upgrade(engine)
+    ctx = AppContext(
+        settings=settings,
+        engine=engine,
+        catalog=LabCatalog(settings.labs_dir),
+        backend=make_backend(settings),
+        live=LiveHub(),
+        terminals=TerminalHub(),
+    )
+    ctx.check_slots = asyncio.Semaphore(settings.checks.max_concurrent)
+    for broken in ctx.catalog.broken.values():
+        log.error("lab %s is unavailable: %s", broken.id, "; ".join(map(str, broken.problems)))
+    return ctx
+
+
+async def _housekeeping(ctx: AppContext) -> None:
+    while True:
+        await asyncio.sleep(60)
+        with contextlib.suppress(Exception):
+            await ctx.terminals.reap_idle()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    ctx = build_context(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from labserver.services.environments import reconcile
+
+        with Session(ctx.engine, expire_on_commit=False) as session:
+            try:
+                orphans = await reconcile(ctx, session)
+                if orphans:
+                    log.warning("%d environments have no database row", len(orphans))
+            except BackendError as exc:
+                log.error("could not reconcile environments: %s (%s)", exc.message, exc.log)
+        task = asyncio.ensure_future(_housekeeping(ctx))
+        app.state.ready = True
+        try:
+            yield
+        finally:
+            task.cancel()
+            await ctx.terminals.close_all()
+            ctx.engine.dispose()
+
+    app = FastAPI(
+        title="labserver",
+        version=__version__,
+        lifespan=lifespan,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+    )
+    app.state.ctx = ctx
+    app.state.ready = False
+
+    @app.exception_handler(BackendError)
+    async def _backend_error(_req: Request, exc: BackendError) -> JSONResponse:
+        status = 400 if isinstance(exc, PathRefused) else 503
+        return JSONResponse({"detail": exc.message, "reason": exc.reason}, status_code=status)
+
+    @app.exception_handler(FileNotFoundError)
+    async def _not_found(_req: Request, exc: FileNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": f"No such file: {exc.args[0] if exc.args else ''}"}, status_code=404)
+
+    @app.exception_handler(IsADirectoryError)
+    async def _is_dir(_req: Request, exc: IsADirectoryError) -> JSONResponse:
+        return JSONResponse({"detail": "That is a folder, not a file."}, status_code=400)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str | int]:
+        return {
+            "status": "ok",
+            "version": __version__,
+            "labs": len(ctx.catalog.labs),
+            "broken_labs": len(ctx.catalog.broken),
+        }
+
+    @app.get("/labs/{lab_id}/assets/{path:path}", include_in_schema=False)
+    def lab_asset(lab_id: str, path: str) -> FileResponse:
+        lab = ctx.catalog.get(lab_id)
+        if lab is None:
+            raise HTTPException(404)
+        base = (lab.path / "steps").resolve()
+        target = (base / path).resolve()
+        if not target.is_relative_to(base) or not target.is_file() or target.suffix == ".md":
+            raise HTTPException(404)
+        return FileResponse(target)
+
+    from labserver.routes import api, pages, terminal
+
+    for module in (api, terminal, pages):
+        app.include_router(module.router)
+    with contextlib.suppress(ImportError):
+        from labserver.routes import instructor
+
+        app.include_router(instructor.router)
+
+    static = settings.web_dir / "static"
+    if static.is_dir():
+        app.mount("/static", StaticFiles(directory=static), name="static")
+    modules = vendor_dir(settings)
+    for name, package in VENDOR.items():
+        folder = modules / package
+        if folder.is_dir():
+            app.mount(f"/vendor/{name}", StaticFiles(directory=folder), name=f"vendor-{name}")
+        else:
+            log.error("web asset %s is missing: run `make web` (npm ci in web/)", folder)
+    return app

@@ -1,0 +1,23 @@
+"""Environment backends behind one Protocol (``base.Backend``). ``make_backend(settings)`` picks
+the one the settings name."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from labserver.backends.base import Backend
+    from labserver.config import Settings
+
+
+def make_backend(settings: Settings, name: str | None = None) -> Backend:
+    name = name or settings.backend
+    if name == "local":
+        from labserver.backends.local import LocalBackend
+
+        return LocalBackend(settings)
+    if name == "docker":
+        from labserver.backends.docker import DockerBackend  # type: ignore[import-not-found,unused-ignore]
+
+        return DockerBackend(settings)  # type: ignore[no-any-return,unused-ignore]
+    raise ValueError(f"unknown backend {name!r}; choose local or docker")

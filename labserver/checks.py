@@ -1,0 +1,95 @@
+"""Running a step's checker and recording its result (DESIGN: the checker protocol).
+
+The verdict comes only from the result channel, never from stdout. Mapping:
+
+====================================  ==========
+what happened                         status
+====================================  ==========
+exit 0 and ``{"passed": true}``        passed
+exit 1 and ``{"passed": false}``       failed
+timeout                               timeout
+anything else (no verdict, two        error
+verdicts, bad JSON, exit 2, a signal,
+exit code disagreeing with verdict)
+====================================  ==========
+
+A check result is committed to the database before it is returned or published."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from labserver.backends.base import CheckRaw
+from labserver.models import CheckStatus
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: CheckStatus
+    message: str
+    hints: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _parse_result(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    text = data.decode("utf-8", "replace").strip()
+    if not text:
+        return None, "The checker ended without giving a verdict."
+    decoder = json.JSONDecoder()
+    try:
+        obj, end = decoder.raw_decode(text)
+    except json.JSONDecodeError:
+        return None, "The checker's verdict is not valid JSON."
+    if text[end:].strip():
+        return None, "The checker's result channel received more than one verdict."
+    if not isinstance(obj, dict):
+        return None, "The checker's verdict is not a JSON object."
+    return obj, ""
+
+
+def _clean_verdict(obj: dict[str, Any]) -> tuple[bool | None, str, list[str], dict[str, float], str]:
+    passed = obj.get("passed")
+    if not isinstance(passed, bool):
+        return None, "", [], {}, "The verdict has no boolean 'passed' field."
+    message = obj.get("message", "")
+    hints = obj.get("hints", [])
+    metrics = obj.get("metrics", {})
+    if not isinstance(message, str) or not isinstance(hints, list) or not isinstance(metrics, dict):
+        return None, "", [], {}, "The verdict's message/hints/metrics have the wrong type."
+    clean_metrics: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return None, "", [], {}, f"Metric {key!r} is not a finite number."
+        clean_metrics[str(key)] = float(value)
+    return passed, message[:10_000], [str(h)[:2000] for h in hints][:20], clean_metrics, ""
+
+
+def interpret(raw: CheckRaw, timeout_s: float) -> Verdict:
+    if raw.timed_out:
+        return Verdict(
+            CheckStatus.timeout,
+            f"The check did not finish within {timeout_s:g} s. Is your code stuck in a loop, "
+            "or waiting for input?",
+        )
+    obj, problem = _parse_result(raw.result)
+    code = raw.exit_code
+    if obj is None:
+        detail = f" (exit status {code})" if code not in (None, 0, 1) else ""
+        return Verdict(
+            CheckStatus.error,
+            f"Checker error: {problem}{detail} This is a fault in the checker, "
+            "not in your work: the instructor has been told.",
+        )
+    passed, message, hints, metrics, problem = _clean_verdict(obj)
+    if passed is None:
+        return Verdict(CheckStatus.error, f"Checker error: {problem}")
+    if (passed and code == 0) or (not passed and code == 1):
+        return Verdict(CheckStatus.passed if passed else CheckStatus.failed, message, hints, metrics)
+    return Verdict(
+        CheckStatus.error,
+        f"Checker error: its exit status {code} disagrees with its verdict "
+        f"(passed={passed}). The instructor has been told.",
+    )

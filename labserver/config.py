@@ -1,0 +1,88 @@
+"""Settings: one pydantic-settings class, environment prefix ``LABSERVER_``.
+
+Nested sections are plain models (``LABSERVER_DOCKER__HOSTS``). Every setting is documented in
+``docs/settings.md``; a test fails when one is not."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_labs_dir() -> Path:
+    bundled = Path(__file__).resolve().parent / "bundled" / "labs"
+    return bundled if bundled.is_dir() else REPO_ROOT / "labs"
+
+
+def _default_web_dir() -> Path:
+    bundled = Path(__file__).resolve().parent / "bundled" / "web"
+    return bundled if bundled.is_dir() else REPO_ROOT / "web"
+
+
+class CheckSettings(BaseModel):
+    log_limit_bytes: int = 64 * 1024
+    default_timeout_s: float = 60.0
+    max_concurrent: int = 4
+
+
+class StuckSettings(BaseModel):
+    time_factor: float = 2.0  # flagged when time on step > factor x the room's median time
+    min_seconds: float = 300.0  # ... and at least this long
+    failed_in_a_row: int = 3
+
+
+class DockerSettings(BaseModel):
+    hosts: list[str] = Field(default_factory=lambda: ["unix:///var/run/docker.sock"])
+    nodes_file: Path | None = None
+    image: str = "labserver/cpu-emu"
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    pids: int = 256
+    warm_pool: int = 0
+    idle_cull_minutes: float = 0.0
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LABSERVER_", env_nested_delimiter="__", extra="ignore")
+
+    data_dir: Path = Field(default_factory=lambda: Path.cwd() / "data")
+    database_url: str = ""  # default: sqlite under data_dir
+    backend: Literal["local", "docker", "kubernetes"] = "local"
+    instructor_token: str = ""  # generated and printed by `serve` when empty
+    default_event_code: str = ""  # generated when empty
+    default_event_title: str = "CANN inference optimization workshop"
+    labs_dir: Path = Field(default_factory=_default_labs_dir)
+    web_dir: Path = Field(default_factory=_default_web_dir)
+    secret_key: str = ""  # signs session cookies; generated and stored in data_dir when empty
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"  # local backend isolation for checks
+    selfpaced: bool = False
+    checks: CheckSettings = Field(default_factory=CheckSettings)
+    stuck: StuckSettings = Field(default_factory=StuckSettings)
+    docker: DockerSettings = Field(default_factory=DockerSettings)
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'labserver.db'}"
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    def ensure_secret_key(self) -> str:
+        if self.secret_key:
+            return self.secret_key
+        path = self.data_dir / "secret_key"
+        if path.exists():
+            self.secret_key = path.read_text().strip()
+        else:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.secret_key = secrets.token_urlsafe(32)
+            path.write_text(self.secret_key)
+            path.chmod(0o600)
+        return self.secret_key

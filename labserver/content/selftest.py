@@ -1,0 +1,144 @@
+"""``labserver selftest LAB``: on a throwaway local environment, every step's check against the
+starter must be *failed* (a pass means the checker accepts unfinished work; an error means the
+checker is broken), then with the solution overlaid, step by step in order (running each step's
+``solve`` command first), every check must *pass*."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labserver.backends.base import CheckRequest, EnvRef, EnvSpec, LabSeed
+from labserver.backends.local import LocalBackend
+from labserver.checks import Verdict, interpret
+from labserver.config import Settings
+from labserver.content.loader import Lab, Step
+from labserver.models import CheckStatus
+
+
+@dataclass
+class StepResult:
+    step: str
+    phase: str  # "starter" | "solution"
+    expected: str
+    verdict: Verdict
+    log: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.status == self.expected
+
+
+@dataclass
+class SelftestReport:
+    lab: str
+    results: list[StepResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and all(r.ok for r in self.results)
+
+    def failures(self) -> list[StepResult]:
+        return [r for r in self.results if not r.ok]
+
+    def lines(self) -> list[str]:
+        out = []
+        for r in self.results:
+            mark = "ok  " if r.ok else "FAIL"
+            out.append(
+                f"{mark} {r.phase:8} step {r.step:24} expected {r.expected:6} got {r.verdict.status:7} "
+                f"{r.verdict.message.splitlines()[0][:100] if r.verdict.message else ''}"
+            )
+        return out
+
+
+def overlay(src: Path, dest: Path) -> None:
+    for path in sorted(src.rglob("*")):
+        target = dest / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+
+
+async def _check(backend: LocalBackend, ref: EnvRef, lab: Lab, step: Step) -> tuple[Verdict, str]:
+    raw = await backend.run_check(
+        ref,
+        CheckRequest(
+            lab_id=lab.id,
+            step_id=step.id,
+            checker=step.checker,
+            timeout_s=step.spec.timeout_s,
+            env={
+                "LAB_ID": lab.id,
+                "LAB_STEP": step.id,
+                "LAB_STEP_INDEX": str(step.index + 1),
+                "LAB_DEVICE": "cpu-emu",
+                "LAB_RUN_ID": "selftest",
+                "LAB_LANG": "en",
+            },
+        ),
+    )
+    return interpret(raw, step.spec.timeout_s), raw.log.decode("utf-8", "replace")
+
+
+async def run_selftest(
+    lab: Lab,
+    *,
+    settings: Settings | None = None,
+    solution: Path | None = None,
+    on_result: Callable[[StepResult], None] | None = None,
+    keep: bool = False,
+) -> SelftestReport:
+    report = SelftestReport(lab.id)
+    tmp = Path(tempfile.mkdtemp(prefix=f"selftest-{lab.id}-"))
+    try:
+        base = settings or Settings()
+        backend = LocalBackend(base.model_copy(update={"data_dir": tmp}))
+        ref = await backend.create(
+            EnvSpec(env_id="selftest", event_id=0, attendee_id=0, labs=(LabSeed(lab.id, lab.starter),))
+        )
+
+        def record(result: StepResult) -> None:
+            report.results.append(result)
+            if on_result:
+                on_result(result)
+
+        for step in lab.steps:
+            verdict, log = await _check(backend, ref, lab, step)
+            record(StepResult(step.id, "starter", CheckStatus.failed, verdict, log))
+        overlay(solution or lab.solution, Path(ref.infra_id) / lab.id)
+        for step in lab.steps:
+            if step.spec.solve:
+                res = await backend.exec(
+                    ref, ["bash", "-c", step.spec.solve], cwd=lab.id, timeout=max(step.spec.timeout_s, 300)
+                )
+                if res.exit_code != 0:
+                    out = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
+                    record(
+                        StepResult(
+                            step.id,
+                            "solution",
+                            CheckStatus.passed,
+                            Verdict(
+                                CheckStatus.error,
+                                f"solve command {step.spec.solve!r} exited {res.exit_code}: {out}",
+                            ),
+                        )
+                    )
+                    continue
+            verdict, log = await _check(backend, ref, lab, step)
+            record(StepResult(step.id, "solution", CheckStatus.passed, verdict, log))
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return report
+
+
+def selftest(lab: Lab, **kw) -> SelftestReport:  # type: ignore[no-untyped-def]
+    return asyncio.run(run_selftest(lab, **kw))

@@ -1,0 +1,103 @@
+"""In-process publish/subscribe feeding the Server-Sent Event streams.
+
+One small event model for everyone: ``LiveEvent(kind, event_id, attendee_id, data)``. The attendee
+page and the instructor grid consume the same format. A subscriber gets events of one event,
+optionally only those for one attendee plus the event-wide ones (``attendee_id is None``).
+
+Delivery is best effort and in order per subscriber; a subscriber that falls more than ``maxsize``
+events behind gets a single ``resync`` event (its page reloads state from the JSON API) instead of
+blocking publishers. ``publish`` is called only after the change it describes is committed."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    kind: str  # check.started, check.finished, env.state, help.*, announcement, pace, resync, ...
+    event_id: int
+    attendee_id: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0
+
+    def sse(self) -> dict[str, str]:
+        payload = {"kind": self.kind, "attendee_id": self.attendee_id, **self.data}
+        return {"event": self.kind, "id": str(self.seq), "data": json.dumps(payload, default=str)}
+
+
+class Subscription:
+    def __init__(self, hub: LiveHub, event_id: int, attendee_id: int | None, maxsize: int) -> None:
+        self.hub = hub
+        self.event_id = event_id
+        self.attendee_id = attendee_id  # None = everything in the event (instructor)
+        self.queue: asyncio.Queue[LiveEvent] = asyncio.Queue(maxsize)
+        self.overflowed = False
+
+    def wants(self, ev: LiveEvent) -> bool:
+        if ev.event_id != self.event_id:
+            return False
+        return self.attendee_id is None or ev.attendee_id in (None, self.attendee_id)
+
+    def offer(self, ev: LiveEvent) -> None:
+        if self.overflowed:
+            return
+        try:
+            self.queue.put_nowait(ev)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(LiveEvent("resync", self.event_id, self.attendee_id, {}, ev.seq))
+
+    async def get(self) -> LiveEvent:
+        ev = await self.queue.get()
+        if ev.kind == "resync":
+            self.overflowed = False
+        return ev
+
+    def close(self) -> None:
+        self.hub._subs.discard(self)
+
+
+class LiveHub:
+    def __init__(self, maxsize: int = 1000) -> None:
+        self._subs: set[Subscription] = set()
+        self._seq = itertools.count(1)
+        self.maxsize = maxsize
+
+    def subscribe(self, event_id: int, attendee_id: int | None = None) -> Subscription:
+        sub = Subscription(self, event_id, attendee_id, self.maxsize)
+        self._subs.add(sub)
+        return sub
+
+    def publish(self, kind: str, event_id: int, attendee_id: int | None = None, **data: Any) -> LiveEvent:
+        ev = LiveEvent(kind, event_id, attendee_id, data, next(self._seq))
+        for sub in list(self._subs):
+            if sub.wants(ev):
+                sub.offer(ev)
+        return ev
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subs)
+
+    async def stream(self, sub: Subscription, *, keepalive_s: float = 15.0) -> AsyncIterator[dict[str, str]]:
+        """SSE dicts for ``sub``: first a ``ready`` event (the subscription is live), then events,
+        with a comment keepalive when idle. Unsubscribes when the client goes away."""
+        try:
+            yield {"event": "ready", "data": json.dumps({"kind": "ready"})}
+            while True:
+                try:
+                    ev = await asyncio.wait_for(sub.get(), keepalive_s)
+                except TimeoutError:
+                    yield {"comment": "keepalive"}
+                    continue
+                yield ev.sse()
+        finally:
+            sub.close()

@@ -1,0 +1,156 @@
+"""SQLModel tables. Families follow ``XBase / X(table=True) / XPublic``; data helpers live in
+``labserver/services/`` and take keyword arguments.
+
+Times are aware UTC from :mod:`labserver.clock`. JSON columns hold small lists/dicts only."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+from sqlalchemy import JSON, Column, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from labserver import clock
+
+
+def _now() -> dt.datetime:
+    return clock.now()
+
+
+class EventStatus(enum.StrEnum):
+    open = "open"  # attendees may join
+    closed = "closed"  # running, joining closed
+    archived = "archived"
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+    id: int | None = Field(default=None, primary_key=True)
+    code: str = Field(index=True, unique=True, max_length=64)
+    title: str = Field(max_length=200)
+    labs: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    status: str = Field(default=EventStatus.open, max_length=16)
+    capacity: int = 0  # 0 = unlimited
+    starts_at: dt.datetime | None = None
+    ends_at: dt.datetime | None = None
+    backend: str = Field(default="", max_length=32)  # "" = the server's default backend
+    image: str = Field(default="", max_length=200)
+    # pacing: {lab_id: number of unlocked steps}; a lab absent from the map is fully unlocked
+    pace: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    selfpaced: bool = False
+    created_at: dt.datetime = Field(default_factory=_now)
+
+
+class Attendee(SQLModel, table=True):
+    __tablename__ = "attendees"
+    __table_args__ = (UniqueConstraint("event_id", "name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="events.id", index=True)
+    name: str = Field(max_length=80)
+    token_hash: str = Field(index=True, max_length=64)
+    lang: str = Field(default="", max_length=8)
+    created_at: dt.datetime = Field(default_factory=_now)
+    last_seen_at: dt.datetime = Field(default_factory=_now)
+
+
+class Environment(SQLModel, table=True):
+    __tablename__ = "environments"
+    id: str = Field(primary_key=True, max_length=80)  # deterministic env id
+    event_id: int = Field(foreign_key="events.id", index=True)
+    attendee_id: int = Field(foreign_key="attendees.id", index=True, unique=True)
+    backend: str = Field(max_length=32)
+    state: str = Field(default="pending", max_length=16)
+    ref: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))  # EnvRef JSON
+    node: str = Field(default="", max_length=120)
+    device: str = Field(default="", max_length=32)
+    message: str = Field(default="", max_length=500)
+    reason: str = Field(default="", max_length=40)
+    created_at: dt.datetime = Field(default_factory=_now)
+    updated_at: dt.datetime = Field(default_factory=_now)
+
+
+class CheckStatus(enum.StrEnum):
+    running = "running"
+    passed = "passed"
+    failed = "failed"
+    error = "error"
+    timeout = "timeout"
+
+
+class CheckRun(SQLModel, table=True):
+    __tablename__ = "check_runs"
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="events.id", index=True)
+    attendee_id: int = Field(foreign_key="attendees.id", index=True)
+    lab_id: str = Field(max_length=64, index=True)
+    step_id: str = Field(max_length=64)
+    status: str = Field(default=CheckStatus.running, max_length=16)
+    message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    hints: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    log: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    log_truncated: bool = False
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    created_at: dt.datetime = Field(default_factory=_now)
+    finished_at: dt.datetime | None = None
+
+
+class StepStart(SQLModel, table=True):
+    """When an attendee first opened a step (for time-on-step and stuck detection)."""
+
+    __tablename__ = "step_starts"
+    __table_args__ = (UniqueConstraint("attendee_id", "lab_id", "step_id"),)
+    id: int | None = Field(default=None, primary_key=True)
+    attendee_id: int = Field(foreign_key="attendees.id", index=True)
+    lab_id: str = Field(max_length=64)
+    step_id: str = Field(max_length=64)
+    started_at: dt.datetime = Field(default_factory=_now)
+
+
+class HelpState(enum.StrEnum):
+    open = "open"
+    claimed = "claimed"
+    resolved = "resolved"
+    cancelled = "cancelled"
+
+
+class HelpRequest(SQLModel, table=True):
+    __tablename__ = "help_requests"
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="events.id", index=True)
+    attendee_id: int = Field(foreign_key="attendees.id", index=True)
+    lab_id: str = Field(default="", max_length=64)
+    step_id: str = Field(default="", max_length=64)
+    note: str = Field(default="", max_length=1000)
+    state: str = Field(default=HelpState.open, max_length=16)
+    claimed_by: str = Field(default="", max_length=80)
+    created_at: dt.datetime = Field(default_factory=_now)
+    claimed_at: dt.datetime | None = None
+    resolved_at: dt.datetime | None = None
+
+
+class Announcement(SQLModel, table=True):
+    __tablename__ = "announcements"
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="events.id", index=True)
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    author: str = Field(default="", max_length=80)
+    created_at: dt.datetime = Field(default_factory=_now)
+
+
+class Node(SQLModel, table=True):
+    """A Docker engine (or Kubernetes pool) environments are placed on."""
+
+    __tablename__ = "nodes"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, max_length=120)
+    url: str = Field(max_length=300)
+    kind: str = Field(default="cpu", max_length=32)  # cpu | npu | npu-simulated
+    cpus: float = 0.0
+    memory_mb: int = 0
+    cards: list[int] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    healthy: bool = True
+    updated_at: dt.datetime = Field(default_factory=_now)

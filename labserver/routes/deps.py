@@ -1,0 +1,128 @@
+"""``Annotated`` dependency aliases: the only way handlers get the context, a DB session, the
+current attendee or the instructor."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, WebSocket
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlmodel import Session
+
+from labserver.models import Attendee, Event
+from labserver.services.context import AppContext
+from labserver.services.events import attendee_for_token
+
+ATTENDEE_COOKIE = "labserver_token"
+INSTRUCTOR_COOKIE = "labserver_instructor"
+LANG_COOKIE = "labserver_lang"
+
+
+def get_ctx(request: Request) -> AppContext:
+    return request.app.state.ctx  # type: ignore[no-any-return]
+
+
+def get_ctx_ws(websocket: WebSocket) -> AppContext:
+    return websocket.app.state.ctx  # type: ignore[no-any-return]
+
+
+Ctx = Annotated[AppContext, Depends(get_ctx)]
+
+
+def get_session(ctx: Ctx) -> Iterator[Session]:
+    with Session(ctx.engine, expire_on_commit=False) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def token_from(headers: dict[str, str] | object, cookies: dict[str, str]) -> str:
+    auth = getattr(headers, "get", lambda _k, _d=None: None)("authorization") or ""
+    if auth.lower().startswith("bearer "):
+        return str(auth[7:].strip())
+    return cookies.get(ATTENDEE_COOKIE, "")
+
+
+@dataclass
+class Me:
+    attendee: Attendee
+    event: Event
+
+    @property
+    def id(self) -> int:
+        assert self.attendee.id is not None
+        return self.attendee.id
+
+
+def resolve_attendee(session: Session, token: str) -> Me | None:
+    attendee = attendee_for_token(session, token)
+    if attendee is None:
+        return None
+    event = session.get(Event, attendee.event_id)
+    if event is None:
+        return None
+    return Me(attendee, event)
+
+
+def current_attendee(request: Request, session: SessionDep) -> Me:
+    me = resolve_attendee(session, token_from(request.headers, request.cookies))
+    if me is None:
+        raise HTTPException(401, "Join an event first: your attendee token is missing or unknown.")
+    return me
+
+
+CurrentAttendee = Annotated[Me, Depends(current_attendee)]
+
+
+def optional_attendee(request: Request, session: SessionDep) -> Me | None:
+    return resolve_attendee(session, token_from(request.headers, request.cookies))
+
+
+OptionalAttendee = Annotated[Me | None, Depends(optional_attendee)]
+
+
+# -- instructor -----------------------------------------------------------------------------
+def instructor_serializer(ctx: AppContext) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(ctx.settings.ensure_secret_key(), salt="labserver-instructor")
+
+
+def instructor_from(ctx: AppContext, headers: object, cookies: dict[str, str]) -> str | None:
+    """The instructor's display name when the request carries the instructor token (bearer) or a
+    valid signed session cookie; else None."""
+    expected = ctx.settings.instructor_token
+    auth = getattr(headers, "get", lambda _k, _d=None: None)("authorization") or ""
+    if expected and auth.lower().startswith("bearer ") and hmac.compare_digest(auth[7:].strip(), expected):
+        return "instructor"
+    cookie = cookies.get(INSTRUCTOR_COOKIE)
+    if cookie:
+        try:
+            data = instructor_serializer(ctx).loads(cookie, max_age=7 * 24 * 3600)
+        except BadSignature:
+            return None
+        if isinstance(data, dict) and hmac.compare_digest(str(data.get("t", "")), _token_tag(expected)):
+            return str(data.get("name") or "instructor")
+    return None
+
+
+def _token_tag(token: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(("tag:" + token).encode()).hexdigest()[:16]
+
+
+def make_instructor_cookie(ctx: AppContext, name: str) -> str:
+    return instructor_serializer(ctx).dumps({"name": name, "t": _token_tag(ctx.settings.instructor_token)})
+
+
+def current_instructor(request: Request, ctx: Ctx) -> str:
+    name = instructor_from(ctx, request.headers, request.cookies)
+    if name is None:
+        raise HTTPException(403, "Instructor access only: log in with the instructor token.")
+    return name
+
+
+Instructor = Annotated[str, Depends(current_instructor)]

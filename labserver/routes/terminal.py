@@ -1,0 +1,152 @@
+"""Terminal WebSockets. Frames: server → browser binary (PTY output bytes, never decoded);
+browser → server binary (keystrokes) or text JSON control (``{"resize": [cols, rows]}``).
+
+The shell lives in :class:`~labserver.terminals.TerminalHub`, not in the socket: a reconnect
+re-attaches to the same shell and first replays recent output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from sqlmodel import Session
+from starlette.websockets import WebSocketState
+
+from labserver.backends.base import BackendError, EnvRef
+from labserver.models import Environment
+from labserver.routes.deps import instructor_from, resolve_attendee, token_from
+from labserver.services import environments
+from labserver.services.context import AppContext
+from labserver.terminals import TerminalSession
+
+router = APIRouter(prefix="/api/v1", tags=["terminal"])
+
+
+async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> None:
+    queue, scrollback = session.attach()
+    try:
+        if scrollback:
+            await ws.send_bytes(scrollback)
+
+        async def pump_out() -> None:
+            while True:
+                data = await queue.get()
+                if not data:
+                    await ws.close(code=1000, reason="shell exited")
+                    return
+                await ws.send_bytes(data)
+
+        out_task = asyncio.ensure_future(pump_out())
+        try:
+            while True:
+                recv = asyncio.ensure_future(ws.receive())
+                done, _ = await asyncio.wait({recv, out_task}, return_when=asyncio.FIRST_COMPLETED)
+                if out_task in done:
+                    recv.cancel()
+                    return
+                msg = recv.result()
+                if msg["type"] == "websocket.disconnect":
+                    return
+                if msg.get("bytes") is not None:
+                    if not readonly:
+                        await session.write(msg["bytes"])
+                elif msg.get("text") is not None:
+                    text = msg["text"]
+                    try:
+                        ctl = json.loads(text)
+                    except ValueError:
+                        ctl = None
+                    if isinstance(ctl, dict) and "resize" in ctl:
+                        if not readonly:
+                            cols, rows = ctl["resize"]
+                            await session.resize(int(cols), int(rows))
+                    elif isinstance(ctl, dict) and "input" in ctl:
+                        if not readonly:
+                            await session.write(str(ctl["input"]).encode())
+                    elif not readonly:
+                        await session.write(text.encode())
+        finally:
+            out_task.cancel()
+    except WebSocketDisconnect:
+        pass
+    finally:
+        session.detach(queue)
+        if ws.application_state != WebSocketState.DISCONNECTED:
+            with contextlib.suppress(Exception):
+                await ws.close()
+
+
+async def open_session(
+    ctx: AppContext, ref: EnvRef, lab_id: str, cols: int, rows: int, *, create: bool = True
+) -> TerminalSession | None:
+    async def opener():  # type: ignore[no-untyped-def]
+        return await ctx.backend.terminal(ref, cols, rows, cwd=lab_id)
+
+    return await ctx.terminals.get((ref.env_id, lab_id), opener if create else None)
+
+
+@router.websocket("/labs/{lab_id}/terminal")
+async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
+    ctx: AppContext = ws.app.state.ctx
+    token = ws.query_params.get("token") or token_from(ws.headers, ws.cookies)
+    with Session(ctx.engine, expire_on_commit=False) as db:
+        me = resolve_attendee(db, token)
+        if me is None:
+            await ws.close(code=4401, reason="join an event first")
+            return
+        if lab_id not in environments.event_labs(ctx, me.event):
+            await ws.close(code=4404, reason="no such lab")
+            return
+        await ws.accept()
+        try:
+            ref = await environments.ensure_environment(ctx, db, event=me.event, attendee=me.attendee)
+            cols = int(ws.query_params.get("cols", 100))
+            rows = int(ws.query_params.get("rows", 30))
+            session = await open_session(ctx, ref, lab_id, cols, rows)
+        except BackendError as exc:
+            await ws.send_bytes(f"\r\n\x1b[31m{exc.message}\x1b[0m\r\n".encode())
+            await ws.close(code=1011, reason=exc.reason)
+            return
+    assert session is not None
+    await bridge(ws, session, readonly=False)
+
+
+@router.websocket("/environments/{env_id}/terminal")
+async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
+    """An instructor's view of an attendee's terminal. ``readonly=1`` (the default) never forwards
+    keystrokes. ``lab`` picks which lab's shell (default: the most recently opened)."""
+    ctx: AppContext = ws.app.state.ctx
+    if instructor_from(ctx, ws.headers, ws.cookies) is None and not _query_token_ok(ctx, ws):
+        await ws.close(code=4403, reason="instructor only")
+        return
+    readonly = ws.query_params.get("readonly", "1") != "0"
+    lab_id = ws.query_params.get("lab", "")
+    with Session(ctx.engine, expire_on_commit=False) as db:
+        row = db.get(Environment, env_id)
+    if row is None or not row.ref:
+        await ws.close(code=4404, reason="no such environment")
+        return
+    await ws.accept()
+    ref = EnvRef.from_json(row.ref)
+    session = None
+    if lab_id:
+        session = await open_session(ctx, ref, lab_id, 100, 30, create=not readonly)
+    else:
+        live = [s for k, s in ctx.terminals.sessions.items() if k[0] == env_id and not s.closed]
+        session = live[-1] if live else None
+    if session is None:
+        await ws.send_bytes(
+            b"\r\n[no open terminal for this attendee yet: it appears when they open one]\r\n"
+        )
+        await ws.close(code=1000)
+        return
+    await bridge(ws, session, readonly=readonly)
+
+
+def _query_token_ok(ctx: AppContext, ws: WebSocket) -> bool:
+    import hmac
+
+    token = ws.query_params.get("instructor_token", "")
+    return bool(ctx.settings.instructor_token) and hmac.compare_digest(token, ctx.settings.instructor_token)

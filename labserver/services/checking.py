@@ -1,0 +1,105 @@
+"""The Check button: run a step's checker against the attendee's environment, commit the result,
+then publish it."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlmodel import Session
+
+from labserver import clock
+from labserver.backends.base import BackendError, CheckRequest
+from labserver.checks import interpret
+from labserver.content import Lab, Step
+from labserver.models import Attendee, CheckRun, CheckStatus, Event
+from labserver.services.context import AppContext
+from labserver.services.environments import ensure_environment
+
+
+def run_public(run: CheckRun) -> dict:
+    return {
+        "id": run.id,
+        "lab": run.lab_id,
+        "step": run.step_id,
+        "status": run.status,
+        "message": run.message,
+        "hints": run.hints,
+        "metrics": run.metrics,
+        "log": run.log,
+        "log_truncated": run.log_truncated,
+        "exit_code": run.exit_code,
+        "duration_s": round(run.duration_s, 3),
+        "created_at": run.created_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+async def run_check(
+    ctx: AppContext,
+    session: Session,
+    *,
+    event: Event,
+    attendee: Attendee,
+    lab: Lab,
+    step: Step,
+    lang: str = "en",
+) -> CheckRun:
+    assert event.id is not None and attendee.id is not None
+    async with ctx.check_lock(attendee.id):
+        run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
+        session.add(run)
+        session.commit()
+        session.refresh(run)
+        ctx.live.publish("check.started", event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
+        try:
+            ref = await ensure_environment(ctx, session, event=event, attendee=attendee)
+            request = CheckRequest(
+                lab_id=lab.id,
+                step_id=step.id,
+                checker=step.checker,
+                timeout_s=step.spec.timeout_s,
+                log_limit=ctx.settings.checks.log_limit_bytes,
+                env={
+                    "LAB_ID": lab.id,
+                    "LAB_STEP": step.id,
+                    "LAB_STEP_INDEX": str(step.index + 1),
+                    "LAB_DEVICE": ref.device,
+                    "LAB_RUN_ID": uuid.uuid4().hex,
+                    "LAB_LANG": lang,
+                },
+            )
+            async with ctx.check_slots:
+                raw = await ctx.backend.run_check(ref, request)
+            verdict = interpret(raw, step.spec.timeout_s)
+            run.status = verdict.status
+            run.message = verdict.message
+            run.hints = verdict.hints
+            run.metrics = verdict.metrics
+            run.log = raw.log.decode("utf-8", "replace")
+            run.log_truncated = raw.log_truncated
+            run.exit_code = raw.exit_code
+            run.duration_s = raw.duration_s
+        except BackendError as exc:
+            run.status = CheckStatus.error
+            run.message = exc.message
+        except Exception as exc:  # never leave a run "running"
+            run.status = CheckStatus.error
+            run.message = f"The check could not run: {exc}"
+            raise
+        finally:
+            run.finished_at = clock.now()
+            session.add(run)
+            session.commit()  # committed before anyone sees it
+            session.refresh(run)
+            ctx.live.publish(
+                "check.finished",
+                event.id,
+                attendee.id,
+                run_id=run.id,
+                lab=lab.id,
+                step=step.id,
+                status=str(run.status),
+                message=run.message[:300],
+                name=attendee.name,
+            )
+        return run

@@ -1,0 +1,33 @@
+"""Everything a request needs, built once by ``create_app`` (never at import time)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from sqlalchemy.engine import Engine
+
+from labserver.backends.base import Backend
+from labserver.config import Settings
+from labserver.content import LabCatalog
+from labserver.live import LiveHub
+from labserver.terminals import TerminalHub
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    engine: Engine
+    catalog: LabCatalog
+    backend: Backend
+    live: LiveHub
+    terminals: TerminalHub
+    check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
+    env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+
+    def env_lock(self, env_id: str) -> asyncio.Lock:
+        return self.env_locks.setdefault(env_id, asyncio.Lock())
+
+    def check_lock(self, attendee_id: int) -> asyncio.Lock:
+        return self.check_locks.setdefault(attendee_id, asyncio.Lock())

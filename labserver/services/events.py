@@ -1,0 +1,124 @@
+"""Events and attendees: the default event, joining, tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+
+from sqlmodel import Session, select
+
+from labserver import clock
+from labserver.models import Attendee, Event, EventStatus
+
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
+
+
+class JoinError(Exception):
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def new_code(length: int = 6) -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(length))
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def normalize_code(code: str) -> str:
+    return re.sub(r"[\s-]", "", code).upper()
+
+
+def create_event(
+    session: Session,
+    *,
+    title: str,
+    labs: list[str],
+    code: str = "",
+    selfpaced: bool = False,
+    capacity: int = 0,
+    backend: str = "",
+    image: str = "",
+) -> Event:
+    code = normalize_code(code) or new_code()
+    if session.exec(select(Event).where(Event.code == code)).first():
+        raise ValueError(f"an event with code {code} already exists")
+    event = Event(
+        code=code,
+        title=title,
+        labs=labs,
+        selfpaced=selfpaced,
+        capacity=capacity,
+        backend=backend,
+        image=image,
+    )
+    session.add(event)
+    session.commit()
+    session.refresh(event)
+    return event
+
+
+def ensure_default_event(session: Session, *, title: str, labs: list[str], code: str) -> tuple[Event, bool]:
+    """The event ``serve`` opens on first start; (event, created)."""
+    existing = session.exec(select(Event).where(Event.selfpaced == False).order_by(Event.id)).first()  # noqa: E712
+    if existing:
+        return existing, False
+    return create_event(session, title=title, labs=labs, code=code), True
+
+
+def find_event_by_code(session: Session, code: str) -> Event | None:
+    return session.exec(select(Event).where(Event.code == normalize_code(code))).first()
+
+
+def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tuple[Attendee, str, Event]:
+    """Join an event; returns (attendee, token, event). Joining again with the same name from a new
+    browser is refused (the name is taken) — an attendee who lost their cookie asks the instructor."""
+    name = " ".join(name.split())
+    if not name:
+        raise JoinError("Please enter your name.", code="name-missing")
+    if len(name) > 80:
+        raise JoinError("That name is too long (80 characters at most).", code="name-too-long")
+    event = find_event_by_code(session, event_code) if event_code.strip() else None
+    if event is None:
+        raise JoinError(
+            "No event has this code. Check the code on the screen (letters and digits, "
+            "no O or I) and try again.",
+            code="wrong-code",
+        )
+    if event.status != EventStatus.open:
+        raise JoinError("This event is not open for joining. Ask the instructor.", code="closed")
+    if session.exec(select(Attendee).where(Attendee.event_id == event.id, Attendee.name == name)).first():
+        raise JoinError(
+            "Someone in this event already uses that name. Add your surname or a number.", code="name-taken"
+        )
+    if event.capacity:
+        count = len(session.exec(select(Attendee.id).where(Attendee.event_id == event.id)).all())
+        if count >= event.capacity:
+            raise JoinError("This event is full. Ask the instructor.", code="full")
+    token = secrets.token_urlsafe(32)
+    assert event.id is not None
+    attendee = Attendee(event_id=event.id, name=name, token_hash=hash_token(token), lang=lang)
+    session.add(attendee)
+    session.commit()
+    session.refresh(attendee)
+    return attendee, token, event
+
+
+def attendee_for_token(session: Session, token: str) -> Attendee | None:
+    if not token:
+        return None
+    attendee = session.exec(select(Attendee).where(Attendee.token_hash == hash_token(token))).first()
+    if attendee is not None:
+        now = clock.now()
+        last = attendee.last_seen_at
+        if last.tzinfo is None:
+            last = last.replace(tzinfo=now.tzinfo)
+        if (now - last).total_seconds() > 30:
+            attendee.last_seen_at = now
+            session.add(attendee)
+            session.commit()
+    return attendee

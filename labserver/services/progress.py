@@ -1,0 +1,98 @@
+"""Progress: a step is passed when it has a passing check run. Also pacing (locked steps) and the
+time an attendee first opened a step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from labserver.content import Lab
+from labserver.models import CheckRun, CheckStatus, Event, StepStart
+
+
+@dataclass
+class StepProgress:
+    id: str
+    status: str = "not-started"  # not-started | working | failing | passed | error
+    attempts: int = 0
+    passed_at: str | None = None
+    last_message: str = ""
+    locked: bool = False
+
+
+@dataclass
+class LabProgress:
+    lab: str
+    steps: list[StepProgress] = field(default_factory=list)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for s in self.steps if s.status == "passed")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lab": self.lab,
+            "passed": self.passed,
+            "total": len(self.steps),
+            "steps": [s.__dict__ for s in self.steps],
+        }
+
+
+def unlocked_steps(event: Event, lab: Lab) -> int:
+    return min(event.pace.get(lab.id, len(lab.steps)), len(lab.steps))
+
+
+def is_locked(event: Event, lab: Lab, step_index: int) -> bool:
+    return step_index >= unlocked_steps(event, lab)
+
+
+def lab_progress(session: Session, *, event: Event, attendee_id: int, lab: Lab) -> LabProgress:
+    runs = session.exec(
+        select(CheckRun)
+        .where(CheckRun.attendee_id == attendee_id, CheckRun.lab_id == lab.id)
+        .order_by(CheckRun.id)
+    ).all()
+    starts = {
+        s.step_id
+        for s in session.exec(
+            select(StepStart).where(StepStart.attendee_id == attendee_id, StepStart.lab_id == lab.id)
+        ).all()
+    }
+    by_step: dict[str, list[CheckRun]] = {}
+    for run in runs:
+        by_step.setdefault(run.step_id, []).append(run)
+    result = LabProgress(lab.id)
+    for step in lab.steps:
+        sp = StepProgress(step.id, locked=is_locked(event, lab, step.index))
+        step_runs = [r for r in by_step.get(step.id, []) if r.status != CheckStatus.running]
+        sp.attempts = len(step_runs)
+        first_pass = next((r for r in step_runs if r.status == CheckStatus.passed), None)
+        if first_pass is not None:
+            sp.status = "passed"
+            sp.passed_at = (first_pass.finished_at or first_pass.created_at).isoformat()
+        elif step_runs:
+            last = step_runs[-1]
+            sp.status = "error" if last.status == CheckStatus.error else "failing"
+            sp.last_message = last.message[:200]
+        elif step.id in starts:
+            sp.status = "working"
+        result.steps.append(sp)
+    return result
+
+
+def mark_step_started(session: Session, *, attendee_id: int, lab_id: str, step_id: str) -> None:
+    exists = session.exec(
+        select(StepStart).where(
+            StepStart.attendee_id == attendee_id, StepStart.lab_id == lab_id, StepStart.step_id == step_id
+        )
+    ).first()
+    if exists:
+        return
+    session.add(StepStart(attendee_id=attendee_id, lab_id=lab_id, step_id=step_id))
+    try:
+        session.commit()
+    except IntegrityError:  # two tabs at once
+        session.rollback()

@@ -1,0 +1,111 @@
+"""Terminal sessions that outlive a WebSocket.
+
+A :class:`TerminalSession` owns one backend PTY per (environment, lab). Browsers attach and detach:
+a network blip or a reload re-attaches to the same shell and first receives the recent output
+(scrollback). Several viewers may attach (the attendee, and an instructor read-only). A session with
+no viewer is closed after ``idle_close_s``; a shell that exits ends the session."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from labserver.backends.base import Terminal
+
+Key = tuple[str, str]  # (env_id, lab_id)
+SCROLLBACK = 128 * 1024
+
+
+class TerminalSession:
+    def __init__(self, key: Key, term: Terminal, on_end: Callable[[Key], None]) -> None:
+        self.key = key
+        self.term = term
+        self.scrollback = bytearray()
+        self.viewers: set[asyncio.Queue[bytes]] = set()
+        self.closed = False
+        self._on_end = on_end
+        self._pump = asyncio.ensure_future(self._run())
+        self.idle_since: float | None = None
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                data = await self.term.read()
+                if not data:
+                    break
+                self.scrollback.extend(data)
+                if len(self.scrollback) > SCROLLBACK:
+                    del self.scrollback[: len(self.scrollback) - SCROLLBACK]
+                for q in list(self.viewers):
+                    q.put_nowait(data)
+        finally:
+            self.closed = True
+            for q in list(self.viewers):
+                q.put_nowait(b"")
+            self._on_end(self.key)
+
+    def attach(self) -> tuple[asyncio.Queue[bytes], bytes]:
+        q: asyncio.Queue[bytes] = asyncio.Queue()
+        self.viewers.add(q)
+        self.idle_since = None
+        return q, bytes(self.scrollback)
+
+    def detach(self, q: asyncio.Queue[bytes]) -> None:
+        self.viewers.discard(q)
+        if not self.viewers:
+            self.idle_since = asyncio.get_running_loop().time()
+
+    async def write(self, data: bytes) -> None:
+        await self.term.write(data)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        await self.term.resize(cols, rows)
+
+    async def close(self) -> None:
+        await self.term.close()
+        self._pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._pump
+
+
+class TerminalHub:
+    def __init__(self, idle_close_s: float = 1800.0) -> None:
+        self.sessions: dict[Key, TerminalSession] = {}
+        self.idle_close_s = idle_close_s
+        self._lock = asyncio.Lock()
+
+    async def get(self, key: Key, opener: Callable[[], Awaitable[Terminal]] | None) -> TerminalSession | None:
+        """The live session for ``key``; opened with ``opener`` when absent (None: only existing)."""
+        async with self._lock:
+            session = self.sessions.get(key)
+            if session is not None and not session.closed:
+                return session
+            if opener is None:
+                return None
+            term = await opener()
+            session = TerminalSession(key, term, self._ended)
+            self.sessions[key] = session
+            return session
+
+    def _ended(self, key: Key) -> None:
+        self.sessions.pop(key, None)
+
+    async def close(self, key: Key) -> None:
+        session = self.sessions.pop(key, None)
+        if session is not None:
+            await session.close()
+
+    async def close_env(self, env_id: str) -> None:
+        for key in [k for k in self.sessions if k[0] == env_id]:
+            await self.close(key)
+
+    async def close_all(self) -> None:
+        for key in list(self.sessions):
+            await self.close(key)
+
+    async def reap_idle(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for key, session in list(self.sessions.items()):
+            if session.idle_since is not None and now - session.idle_since > self.idle_close_s:
+                await self.close(key)
