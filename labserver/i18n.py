@@ -1,4 +1,4 @@
-"""Two languages, one mechanism: gettext catalogs (``labserver/locale/<lang>/LC_MESSAGES/messages.po``,
+"""Two languages, one mechanism: gettext catalogs (``labserver/locale/<lang>/LC_MESSAGES/*.po``,
 Babel format) used by Jinja2's i18n extension in templates and by :func:`gettext` in Python.
 
 Catalogs are compiled in memory at start, so a fresh checkout needs no build step. To add strings:
@@ -22,15 +22,24 @@ LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 
 @functools.cache
 def translations(lang: str) -> NullTranslations:
-    po = LOCALE_DIR / lang / "LC_MESSAGES" / "messages.po"
-    if lang == "en" or not po.is_file():
+    """All ``*.po`` catalogs of ``lang`` merged (one file per area: messages.po for the attendee
+    side, instructor.po for the instructor's room)."""
+    folder = LOCALE_DIR / lang / "LC_MESSAGES"
+    if lang == "en" or not folder.is_dir():
         return NullTranslations()
-    with po.open("rb") as f:
-        catalog = read_po(f, locale=lang)
-    buf = io.BytesIO()
-    write_mo(buf, catalog)
-    buf.seek(0)
-    return Translations(buf)
+    merged: Translations | None = None
+    for po in sorted(folder.glob("*.po")):
+        with po.open("rb") as f:
+            catalog = read_po(f, locale=lang)
+        buf = io.BytesIO()
+        write_mo(buf, catalog)
+        buf.seek(0)
+        part = Translations(buf)
+        if merged is None:
+            merged = part
+        else:
+            merged.merge(part)
+    return merged or NullTranslations()
 
 
 def gettext(lang: str, message: str) -> str:
