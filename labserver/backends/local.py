@@ -280,8 +280,9 @@ class LocalBackend:
         env["LAB_DIR"] = str(lab_dir)
         checker = request.checker.resolve()
         argv = [self.python, "-I", str(checker)]
+        # the checker's folder is bound explicitly: labs may live under /tmp, which the sandbox replaces
         cmd = sandbox.wrap(
-            argv, bwrap=self.bwrap, hide=self._hidden(), writable=[], readonly=[ws], chdir=lab_dir
+            argv, bwrap=self.bwrap, hide=self._hidden(), writable=[], readonly=[ws, checker.parent], chdir=lab_dir
         )
         start = time.monotonic()
         try:
