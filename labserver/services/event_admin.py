@@ -1,0 +1,193 @@
+"""What instructors do to events: create, edit, open/close joining, archive, list with head counts,
+and broadcast announcements. Creation goes through :func:`labserver.services.events.create_event`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from labserver.models import Announcement, Attendee, Event, EventStatus
+from labserver.services.context import AppContext
+from labserver.services.events import create_event, normalize_code
+
+BACKENDS = ("", "local", "docker", "kubernetes")
+
+
+class EventError(ValueError):
+    """A field is wrong; ``field`` names it for the form."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+def validate(
+    ctx: AppContext,
+    *,
+    title: str,
+    labs: list[str],
+    capacity: int,
+    backend: str,
+    starts_at: dt.datetime | None,
+    ends_at: dt.datetime | None,
+) -> None:
+    if not title.strip():
+        raise EventError("Give the event a title.", field="title")
+    unknown = [lab for lab in labs if lab not in ctx.catalog.labs and lab not in ctx.catalog.broken]
+    if unknown:
+        raise EventError(f"Unknown lab: {', '.join(unknown)}", field="labs")
+    if len(set(labs)) != len(labs):
+        raise EventError("A lab is listed twice.", field="labs")
+    if capacity < 0:
+        raise EventError("Capacity cannot be negative (0 = unlimited).", field="capacity")
+    if backend not in BACKENDS:
+        raise EventError(f"Unknown backend {backend!r}.", field="backend")
+    if starts_at and ends_at and ends_at <= starts_at:
+        raise EventError("The event must end after it starts.", field="ends_at")
+
+
+def create(
+    ctx: AppContext,
+    session: Session,
+    *,
+    title: str,
+    labs: list[str],
+    code: str = "",
+    capacity: int = 0,
+    starts_at: dt.datetime | None = None,
+    ends_at: dt.datetime | None = None,
+    backend: str = "",
+    image: str = "",
+) -> Event:
+    validate(
+        ctx, title=title, labs=labs, capacity=capacity, backend=backend, starts_at=starts_at, ends_at=ends_at
+    )
+    try:
+        event = create_event(
+            session,
+            title=title.strip(),
+            labs=labs,
+            code=code,
+            capacity=capacity,
+            backend=backend,
+            image=image.strip(),
+        )
+    except ValueError as exc:
+        raise EventError(str(exc), field="code") from exc
+    event.starts_at, event.ends_at = starts_at, ends_at
+    session.add(event)
+    session.commit()
+    session.refresh(event)
+    return event
+
+
+def update(ctx: AppContext, session: Session, event: Event, **fields: Any) -> Event:
+    """Change any of title, labs, code, capacity, starts_at, ends_at, backend, image."""
+    merged: dict[str, Any] = {
+        "title": event.title,
+        "labs": list(event.labs),
+        "capacity": event.capacity,
+        "backend": event.backend,
+        "starts_at": event.starts_at,
+        "ends_at": event.ends_at,
+    }
+    merged.update({k: v for k, v in fields.items() if k in merged})
+    validate(ctx, **merged)
+    if "code" in fields and fields["code"] is not None:
+        code = normalize_code(fields["code"])
+        if not code:
+            raise EventError("The join code cannot be empty.", field="code")
+        clash = session.exec(select(Event).where(Event.code == code, Event.id != event.id)).first()
+        if clash is not None:
+            raise EventError(f"An event with code {code} already exists.", field="code")
+        event.code = code
+    event.title = str(merged["title"]).strip()
+    event.labs = list(merged["labs"])
+    event.capacity = int(merged["capacity"])
+    event.backend = str(merged["backend"])
+    event.starts_at = merged["starts_at"]
+    event.ends_at = merged["ends_at"]
+    if "image" in fields and fields["image"] is not None:
+        event.image = str(fields["image"]).strip()
+    session.add(event)
+    session.commit()
+    session.refresh(event)
+    return event
+
+
+def set_status(ctx: AppContext, session: Session, event: Event, status: str) -> Event:
+    if status not in set(EventStatus):
+        raise EventError(f"Unknown status {status!r}.", field="status")
+    event.status = status
+    session.add(event)
+    session.commit()
+    session.refresh(event)
+    ctx.live.publish("event.status", event.id or 0, None, status=status)
+    return event
+
+
+def event_public(event: Event, attendees: int = 0) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "code": event.code,
+        "title": event.title,
+        "labs": event.labs,
+        "status": event.status,
+        "capacity": event.capacity,
+        "starts_at": event.starts_at.isoformat() if event.starts_at else None,
+        "ends_at": event.ends_at.isoformat() if event.ends_at else None,
+        "backend": event.backend,
+        "image": event.image,
+        "pace": event.pace,
+        "selfpaced": event.selfpaced,
+        "attendees": attendees,
+    }
+
+
+def list_events(session: Session, *, include_archived: bool = True) -> list[dict[str, Any]]:
+    counts = dict(
+        session.exec(select(Attendee.event_id, func.count()).group_by(col(Attendee.event_id))).all()  # type: ignore[arg-type]
+    )
+    q = select(Event).where(Event.selfpaced == False).order_by(col(Event.id).desc())  # noqa: E712
+    if not include_archived:
+        q = q.where(Event.status != EventStatus.archived)
+    return [event_public(e, counts.get(e.id or 0, 0)) for e in session.exec(q).all()]
+
+
+# -- announcements ----------------------------------------------------------------------------------
+def broadcast(ctx: AppContext, session: Session, *, event: Event, message: str, author: str) -> Announcement:
+    """Store the announcement, then publish ``announcement`` to every page of the event."""
+    message = message.strip()
+    if not message:
+        raise EventError("Write a message first.", field="message")
+    row = Announcement(event_id=event.id or 0, message=message[:2000], author=author)
+    session.add(row)
+    session.commit()
+    session.refresh(row)
+    ctx.live.publish(
+        "announcement",
+        event.id or 0,
+        None,
+        id=row.id,
+        message=row.message,
+        author=author,
+        created_at=row.created_at.isoformat(),
+    )
+    return row
+
+
+def announcements(session: Session, *, event_id: int, limit: int = 50) -> list[dict[str, Any]]:
+    rows = session.exec(
+        select(Announcement)
+        .where(Announcement.event_id == event_id)
+        .order_by(col(Announcement.id).desc())
+        .limit(limit)
+    ).all()
+    return [
+        {"id": a.id, "message": a.message, "author": a.author, "created_at": a.created_at.isoformat()}
+        for a in rows
+    ]
