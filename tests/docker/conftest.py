@@ -38,3 +38,63 @@ def cpu_emu_image(docker_client: docker.DockerClient) -> str:
     except images.ImageBuildError as exc:
         pytest.fail(f"could not build the cpu-emu image: {exc}\n{exc.log}", pytrace=False)
     return result.tag
+
+
+@pytest.fixture
+def docker_settings(tmp_path, cpu_emu_image: str):  # type: ignore[no-untyped-def]
+    from labserver.config import DockerSettings, Settings
+
+    return Settings(data_dir=tmp_path / "data", docker=DockerSettings(image=cpu_emu_image))
+
+
+@pytest.fixture
+def make_spec(tmp_path, cpu_emu_image: str):  # type: ignore[no-untyped-def]
+    """EnvSpec factory with unique env ids (cleaned up by ``docker_backend``) and a small starter."""
+    import uuid
+
+    from labserver.backends.base import EnvSpec, LabSeed
+
+    starter = tmp_path / "starter"
+    starter.mkdir()
+    (starter / "solution.py").write_text("def answer():\n    return 41\n")
+    (starter / "data").mkdir()
+    (starter / "data" / "notes.txt").write_text("notes\n")
+    run = uuid.uuid4().hex[:8]
+    counter = iter(range(1000))
+
+    def make(**kw):  # type: ignore[no-untyped-def]
+        n = next(counter)
+        kw.setdefault("env_id", f"t{run}-{n}")
+        kw.setdefault("event_id", 9000)
+        kw.setdefault("attendee_id", n)
+        kw.setdefault("labs", (LabSeed("lab1", starter),))
+        kw.setdefault("image", cpu_emu_image)
+        kw.setdefault("cpus", 0.5)
+        kw.setdefault("memory_mb", 512)
+        kw.setdefault("pids", 128)
+        return EnvSpec(**kw)
+
+    make.run = run  # type: ignore[attr-defined]
+    return make
+
+
+@pytest.fixture
+def docker_backend(docker_settings, make_spec, docker_client):  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from labserver.backends.docker import DockerBackend
+
+    backend = DockerBackend(docker_settings)
+    yield backend
+    cleanup(docker_client, make_spec.run)
+    asyncio.run(backend.aclose())
+
+
+def cleanup(client: docker.DockerClient, run: str) -> None:
+    """Remove every container and volume a test run made (their names carry the run id)."""
+    for c in client.containers.list(all=True, filters={"label": "labserver.role"}):
+        if run in c.name or run in c.labels.get("labserver.env_id", ""):
+            c.remove(force=True)
+    for v in client.volumes.list(filters={"label": "labserver.env_id"}):
+        if run in v.name:
+            v.remove(force=True)
