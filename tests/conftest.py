@@ -83,3 +83,17 @@ def join(client: TestClient, name: str = "Ada", code: str = EVENT_CODE) -> dict[
 
 def instructor_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}
+
+
+def iter_routes(app: FastAPI):  # type: ignore[no-untyped-def]
+    """Every route of the app (FastAPI keeps included routers nested), as (full_path, route)."""
+
+    def walk(routes, prefix: str = ""):  # type: ignore[no-untyped-def]
+        for route in routes:
+            original = getattr(route, "original_router", None)
+            if original is not None:
+                yield from walk(original.routes, prefix + getattr(route.include_context, "prefix", ""))
+            else:
+                yield prefix + getattr(route, "path", ""), route
+
+    return list(walk(app.routes))
