@@ -73,19 +73,18 @@ class BrokenLab:
 
 
 def _field_path(loc: tuple[int | str, ...], spec: dict | None) -> str:
+    """``('steps', 2, 'timeout_s')`` -> ``steps[2] (step 'write-file').timeout_s``."""
     parts: list[str] = []
     for item in loc:
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        if isinstance(item, int) and parts:
+            parts[-1] += f"[{item}]"
+            if parts[-1].startswith("steps[") and len(parts) == 1 and spec:
+                steps = spec.get("steps") or []
+                if item < len(steps) and isinstance(steps[item], dict) and steps[item].get("id"):
+                    parts[-1] += f" (step {steps[item]['id']!r})"
         else:
             parts.append(str(item))
-    text = ".".join(parts)
-    # name the step by id when we can: steps[2] (id 'check-device')
-    if spec and loc[:1] == ("steps",) and len(loc) > 1 and isinstance(loc[1], int):
-        steps = spec.get("steps") or []
-        if loc[1] < len(steps) and isinstance(steps[loc[1]], dict) and steps[loc[1]].get("id"):
-            text += f" (step {steps[loc[1]]['id']!r})"
-    return text
+    return ".".join(parts)
 
 
 def parse_lab_yaml(path: Path) -> tuple[LabSpec | None, list[Problem]]:
