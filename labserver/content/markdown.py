@@ -21,7 +21,8 @@ def _parse_info(info: str) -> tuple[str, list[str]]:
     return (words[0] if words else ""), words[1:]
 
 
-def _render_fence(tokens: list[Token], idx: int, options, env) -> str:  # type: ignore[no-untyped-def]
+def _render_fence(_renderer, tokens: list[Token], idx: int, options, env) -> str:  # type: ignore[no-untyped-def]
+    # add_render_rule binds the rule to the renderer, so it receives the renderer first
     token = tokens[idx]
     lang, extras = _parse_info(token.info)
     code = html.escape(token.content)

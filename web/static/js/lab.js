@@ -1,0 +1,156 @@
+// The lab page: wires the step instructions (navigation, Check, hints, history), the terminal and
+// the editor tabs, "Run in terminal" buttons, raise hand, reset and live updates.
+
+import { api, t, toast } from './common.js';
+import { connectLive } from './live.js';
+import { LabTerminal } from './terminal.js';
+import { LabEditor } from './editor.js';
+import { StepChecks } from './check.js';
+
+const config = JSON.parse(document.getElementById('lab-config').textContent);
+const labId = config.lab;
+const stepIds = config.steps.map((s) => s.id);
+
+// ---- tabs: terminal | editor ---------------------------------------------------------------
+const tabs = { terminal: document.getElementById('tab-terminal'), editor: document.getElementById('tab-editor') };
+const panels = { terminal: document.getElementById('panel-terminal'), editor: document.getElementById('panel-editor') };
+
+function showTab(name) {
+  for (const [key, tab] of Object.entries(tabs)) {
+    tab.setAttribute('aria-selected', String(key === name));
+    panels[key].hidden = key !== name;
+  }
+  document.body.dataset.tab = name;
+  if (name === 'terminal') { terminal.refit(); terminal.focus(); } else { editor.shown(); }
+}
+tabs.terminal.addEventListener('click', () => showTab('terminal'));
+tabs.editor.addEventListener('click', () => showTab('editor'));
+
+const terminal = new LabTerminal(document.getElementById('terminal'), labId, document.getElementById('term-status'));
+const editor = new LabEditor(document.getElementById('panel-editor'), labId);
+window.labTerminal = terminal;  // tests read terminal.term.buffer
+window.term = terminal.term;
+window.labEditor = editor;
+editor.loadTree();
+
+// ---- steps ---------------------------------------------------------------------------------
+const progressEl = document.getElementById('lab-progress');
+const statuses = Object.fromEntries(config.steps.map((s) => [s.id, s.status]));
+
+function setStepStatus(step, status) {
+  if (!(step in statuses)) return;
+  if (statuses[step] === 'passed') return;  // a step once passed stays passed
+  statuses[step] = status === 'passed' ? 'passed' : status === 'error' || status === 'timeout' ? 'error' : 'failing';
+  const chip = document.querySelector(`.step-chip[data-step="${step}"]`);
+  chip.className = chip.className.replace(/status-[\w-]+/, `status-${statuses[step]}`);
+  const article = document.getElementById(`step-${step}`);
+  article.dataset.status = statuses[step];
+  if (statuses[step] === 'passed') article.querySelector('.step-state').textContent = `✓ ${t('passed')}`;
+  const passed = Object.values(statuses).filter((s) => s === 'passed').length;
+  progressEl.dataset.passed = String(passed);
+  progressEl.textContent = progressEl.textContent.replace(/\d+\s*\/\s*\d+/, `${passed}/${config.total}`);
+}
+
+const checks = new StepChecks(labId, { onStatus: setStepStatus });
+let current = null;
+
+function selectStep(step, { push = true } = {}) {
+  if (!stepIds.includes(step)) return;
+  current = step;
+  for (const article of document.querySelectorAll('article.step')) article.hidden = article.dataset.step !== step;
+  for (const chip of document.querySelectorAll('.step-chip')) chip.classList.toggle('current', chip.dataset.step === step);
+  const i = stepIds.indexOf(step);
+  document.getElementById('prev-step').disabled = i === 0;
+  document.getElementById('next-step').disabled = i === stepIds.length - 1;
+  document.body.dataset.step = step;
+  document.querySelector('.step-scroll').scrollTop = 0;
+  checks.select(step);
+  if (push) history.replaceState(null, '', `?step=${encodeURIComponent(step)}`);
+  if (document.getElementById(`step-${step}`).dataset.locked !== 'true') {
+    api(`/api/v1/labs/${encodeURIComponent(labId)}/steps/${encodeURIComponent(step)}/open`, { method: 'POST' }).catch(() => {});
+  }
+}
+
+for (const chip of document.querySelectorAll('.step-chip')) {
+  chip.addEventListener('click', (e) => { e.preventDefault(); selectStep(chip.dataset.step); });
+}
+document.getElementById('prev-step').addEventListener('click', () => selectStep(stepIds[stepIds.indexOf(current) - 1]));
+document.getElementById('next-step').addEventListener('click', () => selectStep(stepIds[stepIds.indexOf(current) + 1]));
+selectStep(config.step, { push: false });
+
+// ---- "Run in terminal" -----------------------------------------------------------------------
+document.querySelector('.step-scroll').addEventListener('click', (e) => {
+  const button = e.target.closest('button.run-in-terminal');
+  if (!button) return;
+  showTab('terminal');
+  terminal.run(button.dataset.command);
+});
+
+// ---- Ctrl+S anywhere but the terminal saves the editor's file ---------------------------------
+document.addEventListener('keydown', (e) => {
+  if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === 's' && !e.target.closest('#terminal')) {
+    e.preventDefault();
+    if (editor.current) editor.save();
+  }
+});
+
+// ---- raise hand ----------------------------------------------------------------------------
+const helpButton = document.getElementById('help-button');
+const helpStatus = document.getElementById('help-status');
+let help = null;
+
+function renderHelp() {
+  const state = help ? help.state : 'none';
+  document.body.dataset.help = state;
+  helpButton.textContent = t(help ? 'lower_hand' : 'raise_hand');
+  helpButton.classList.toggle('raised', !!help);
+  if (!help) { helpStatus.hidden = true; return; }
+  helpStatus.textContent = state === 'claimed'
+    ? (help.claimed_by ? t('help_claimed_by', { name: help.claimed_by }) : t('help_claimed'))
+    : t('help_raised');
+  helpStatus.dataset.state = state;
+  helpStatus.hidden = false;
+}
+
+helpButton.addEventListener('click', async () => {
+  helpButton.disabled = true;
+  try {
+    if (help) { await api('/api/v1/help', { method: 'DELETE' }); help = null; }
+    else help = await api('/api/v1/help', { method: 'POST', json: { lab: labId, step: current || '' } });
+  } catch (err) { toast(err.message, { kind: 'error' }); }
+  helpButton.disabled = false;
+  renderHelp();
+});
+window.addEventListener('live:help.claimed', (e) => {
+  help = { ...(help || {}), state: 'claimed', claimed_by: e.detail.claimed_by || e.detail.by || '' };
+  renderHelp();
+});
+for (const kind of ['help.resolved', 'help.cancelled']) {
+  window.addEventListener(`live:${kind}`, () => { help = null; renderHelp(); });
+}
+api('/api/v1/help').then((h) => { help = h; renderHelp(); }).catch(() => {});
+
+// ---- reset this lab ------------------------------------------------------------------------
+const dialog = document.getElementById('reset-dialog');
+document.getElementById('reset-lab').addEventListener('click', () => dialog.showModal());
+dialog.addEventListener('close', async () => {
+  if (dialog.returnValue !== 'reset') return;
+  try {
+    const result = await api(`/api/v1/labs/${encodeURIComponent(labId)}/reset`, { method: 'POST' });
+    const box = document.getElementById('reset-result');
+    box.textContent = t('reset_done', { path: result.backup });
+    box.hidden = false;
+    box.dataset.backup = result.backup;
+    await editor.forgetAll();
+  } catch (err) {
+    toast(`${t('reset_failed')}: ${err.message}`, { kind: 'error' });
+  }
+});
+
+// ---- live updates --------------------------------------------------------------------------
+window.addEventListener('live:env.state', (e) => {
+  if (e.detail.state === 'failed') toast(`${t('env_failed')}: ${e.detail.message}`, { kind: 'error', ms: 0 });
+});
+window.addEventListener('live:lab.reset', (e) => { if (e.detail.lab === labId) editor.loadTree(); });
+connectLive();
+showTab('terminal');
