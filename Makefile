@@ -1,0 +1,61 @@
+# labserver — `make run` starts a server on its embedded defaults; `make test` runs every check.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+STAMP := $(VENV)/.installed
+WEB_STAMP := web/node_modules/.installed
+
+.PHONY: run setup web test lint typecheck unit e2e test-postgres messages dist clean
+
+run: setup web ## set everything up and start the server (SQLite + local backend)
+	$(BIN)/labserver serve
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml labs/labkit/pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q 'torch==2.13.0'
+	$(PIP) install -q -e labs/labkit
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+web: $(WEB_STAMP)
+
+$(WEB_STAMP): web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund
+	touch $@
+
+lint: setup
+	$(BIN)/ruff check labserver labs tests bench
+	$(BIN)/ruff format --check labserver labs tests bench
+
+typecheck: setup
+	$(BIN)/mypy labserver labs/labkit/labkit
+
+unit: setup web
+	$(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e
+
+# browser tests run in their own pytest process (Playwright's sync API and async tests clash)
+e2e: setup web
+	$(BIN)/pytest -q -p no:cacheprovider tests/e2e
+
+# the database-facing tests again on PostgreSQL when LABSERVER_TEST_DATABASE_URL is set (.ci/run sets it)
+test-postgres: setup web
+	@if [ -n "$$LABSERVER_TEST_DATABASE_URL" ]; then \
+	  $(BIN)/pytest -q -p no:cacheprovider tests/routes tests/test_db.py tests/test_checks.py tests/services; \
+	else echo "test-postgres: LABSERVER_TEST_DATABASE_URL not set (.ci/run sets it)"; fi
+
+test: lint typecheck unit e2e test-postgres ## ruff, mypy, pytest (unit, integration, browser, PostgreSQL)
+
+messages: setup ## extract UI strings and update the Chinese catalogs
+	$(BIN)/pybabel extract -F babel.cfg -o /tmp/labserver-messages.pot labserver web/templates
+	$(BIN)/pybabel update -i /tmp/labserver-messages.pot -d labserver/locale -l zh -D messages --no-fuzzy-matching
+
+dist: setup web ## a wheel carrying the web assets and the labs
+	$(BIN)/python -m labserver.packaging build
+
+clean:
+	rm -rf $(VENV) web/node_modules build dist *.egg-info labserver/bundled
