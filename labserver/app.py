@@ -132,9 +132,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404)
         return FileResponse(target)
 
-    from labserver.routes import api, pages, terminal
+    from labserver.routes import api, pages, progress, terminal
 
-    for module in (api, terminal, pages):
+    for module in (api, terminal, progress, pages):
         app.include_router(module.router)
     with contextlib.suppress(ImportError):
         from labserver.routes import instructor

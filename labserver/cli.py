@@ -180,6 +180,9 @@ def db_upgrade(revision: str = "head") -> None:
     typer.echo(f"database at {settings.sqlalchemy_url.split('@')[-1]} is at {revision}")
 
 
+__import__("labserver.cli_selfpaced", fromlist=["register"]).register(app)  # selfpaced, labs, progress
+
+
 def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:

@@ -1,0 +1,399 @@
+"""Progress files: take an attendee's progress (and optionally their lab folders) from one labserver
+to another — from a laptop into the workshop room, or from one laptop to the next.
+
+The format (``schema_version`` 1, UTF-8 JSON, documented in docs/self-paced.md)::
+
+    {
+      "format": "labserver-progress",
+      "schema_version": 1,
+      "exported_at": "2026-11-29T21:40:00+00:00",
+      "labserver_version": "0.1.0",
+      "source": "Self-paced labs",
+      "attendee": {"name": "ada"},
+      "labs": [
+        {"id": "getting-started",
+         "steps": [{"id": "find-device", "status": "passed", "attempts": 2,
+                    "passed_at": "2026-11-29T20:01:02+00:00", "message": "..."}],
+         "files": [{"path": "rmsnorm.py", "base64": "..."}]}
+      ]
+    }
+
+``status`` is one of ``not-started | working | failing | error | passed``; ``passed_at`` is set exactly
+when the status is ``passed``; ``files`` is absent when the export was made without files.
+
+Importing is all-or-nothing for the database: the whole file is read and validated first (JSON,
+format, version, every field, every path, every base64 blob), and a file that fails raises
+:class:`ProgressFileError` with a message for people before anything changes. Then every *passed*
+step of a lab and step that exist here, and that is not passed here already, is recorded as an
+imported check run (status passed, a message saying so, ``passed_at`` kept); steps that were only
+attempted are not carried over. With files, each imported lab folder is first moved to the
+workspace's ``.backups/`` (like "reset lab") and then filled with the exported files.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from sqlmodel import Session, col, select
+
+from labserver import __version__, clock
+from labserver.backends.base import LabSeed, PathRefused, safe_relpath
+from labserver.backends.local import HIDDEN
+from labserver.content import Lab
+from labserver.models import Attendee, CheckRun, CheckStatus, Event
+from labserver.services.context import AppContext
+from labserver.services.environments import ensure_environment, event_labs
+from labserver.services.progress import lab_progress
+
+FORMAT: Literal["labserver-progress"] = "labserver-progress"
+SCHEMA_VERSION = 1
+IMPORT_TAG = "[imported] "
+MAX_FILE_BYTES = 2 * 1024 * 1024  # per file in an export
+MAX_LAB_BYTES = 50 * 1024 * 1024  # per lab folder in an export
+
+RESERVED = {*HIDDEN, "__pycache__"}  # names a backend refuses to write or never lists
+
+StepStatus = Literal["not-started", "working", "failing", "error", "passed"]
+
+
+class ProgressFileError(ValueError):
+    """A progress file that cannot be imported; ``str(exc)`` is the message for people."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepRecord(_Strict):
+    id: str = Field(min_length=1, max_length=64)
+    status: StepStatus
+    attempts: int = Field(ge=0)
+    passed_at: dt.datetime | None = None
+    message: str = Field(default="", max_length=10_000)
+
+    @model_validator(mode="after")
+    def _passed_at_iff_passed(self) -> StepRecord:
+        if (self.status == "passed") != (self.passed_at is not None):
+            raise ValueError("passed_at must be set exactly when status is 'passed'")
+        return self
+
+
+class FileRecord(_Strict):
+    path: str = Field(min_length=1, max_length=500)
+    base64: str
+
+    @field_validator("path")
+    @classmethod
+    def _safe(cls, value: str) -> str:
+        try:
+            rel = safe_relpath(value)
+        except PathRefused:
+            rel = ""
+        if not rel or rel != value or any(part in RESERVED for part in rel.split("/")):
+            raise ValueError(f"file path {value!r} is not a plain relative path inside the lab folder")
+        return value
+
+    def data(self) -> bytes:
+        return base64.b64decode(self.base64, validate=True)
+
+
+class LabRecord(_Strict):
+    id: str = Field(min_length=1, max_length=64)
+    steps: list[StepRecord] = Field(default_factory=list)
+    files: list[FileRecord] | None = None
+
+
+class AttendeeRecord(_Strict):
+    name: str = Field(max_length=200)
+
+
+class ProgressFile(_Strict):
+    format: Literal["labserver-progress"]
+    schema_version: int
+    exported_at: dt.datetime
+    labserver_version: str = ""
+    source: str = ""
+    attendee: AttendeeRecord
+    labs: list[LabRecord]
+
+
+@dataclass
+class ImportReport:
+    imported: list[str] = field(default_factory=list)  # "lab/step" newly recorded as passed
+    already: list[str] = field(default_factory=list)  # passed here before
+    skipped: list[str] = field(default_factory=list)  # "lab" or "lab/step": not in this event
+    restored_labs: list[str] = field(default_factory=list)
+    backups: dict[str, str] = field(default_factory=dict)  # lab -> workspace-relative backup
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# -- reading ------------------------------------------------------------------------------------
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def parse_progress(raw: bytes | str) -> ProgressFile:
+    """Validate a whole progress file; raises :class:`ProgressFileError` (nothing has changed)."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProgressFileError(f"This is not a progress file: it is not valid JSON ({exc}).") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ProgressFileError(
+            'This is not a labserver progress file (its "format" is not "labserver-progress"). '
+            "Make one with `labserver progress export FILE`."
+        )
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ProgressFileError("This progress file has no valid schema_version.")
+    if version > SCHEMA_VERSION:
+        raise ProgressFileError(
+            f"This progress file has schema version {version}, made by a newer labserver; this one "
+            f"reads version {SCHEMA_VERSION}. Update labserver (pip install -U labserver) and try again."
+        )
+    if version != SCHEMA_VERSION:
+        raise ProgressFileError(
+            f"This progress file has schema version {version}; this labserver reads version "
+            f"{SCHEMA_VERSION} only."
+        )
+    try:
+        parsed = ProgressFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ProgressFileError(
+            f"This progress file is damaged: {where}: {err['msg']} ({len(exc.errors())} problem(s) in all)."
+        ) from exc
+    seen: set[str] = set()
+    for lab in parsed.labs:
+        if lab.id in seen:
+            raise ProgressFileError(f"This progress file is damaged: lab {lab.id!r} appears twice.")
+        seen.add(lab.id)
+        for rec in lab.files or []:
+            try:
+                rec.data()
+            except (binascii.Error, ValueError) as exc:
+                raise ProgressFileError(
+                    f"This progress file is damaged: the content of {lab.id}/{rec.path} is not valid base64."
+                ) from exc
+    return parsed
+
+
+# -- exporting -------------------------------------------------------------------------------------
+def _import_info(run: CheckRun) -> dict[str, Any] | None:
+    if not run.log.startswith(IMPORT_TAG):
+        return None
+    try:
+        info = json.loads(run.log[len(IMPORT_TAG) :])
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _lab_record(session: Session, *, event: Event, attendee_id: int, lab: Lab) -> LabRecord:
+    prog = lab_progress(session, event=event, attendee_id=attendee_id, lab=lab)
+    runs = session.exec(
+        select(CheckRun)
+        .where(CheckRun.attendee_id == attendee_id, CheckRun.lab_id == lab.id)
+        .order_by(col(CheckRun.id))
+    ).all()
+    steps = []
+    for sp in prog.steps:
+        mine = [r for r in runs if r.step_id == sp.id and r.status != CheckStatus.running]
+        attempts = 0
+        for run in mine:
+            info = _import_info(run)
+            attempts += int(info.get("attempts", 1)) if info else 1
+        first = next((r for r in mine if r.status == CheckStatus.passed), None)
+        passed_at = _utc(first.finished_at or first.created_at) if first else None
+        message = (first.message if first else (mine[-1].message if mine else ""))[:10_000]
+        steps.append(
+            StepRecord(
+                id=sp.id,
+                status=sp.status,  # type: ignore[arg-type]
+                attempts=attempts,
+                passed_at=passed_at,
+                message=message,
+            )
+        )
+    return LabRecord(id=lab.id, steps=steps)
+
+
+def _starter_files(lab: Lab) -> dict[str, bytes]:
+    root = lab.starter
+    if not root.is_dir():
+        return {}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+async def _lab_files(ctx: AppContext, ref: Any, lab: Lab, skipped: list[str]) -> list[FileRecord] | None:
+    """The lab folder's files, or None when it still equals the starter (nothing worth carrying)."""
+    entries = await ctx.backend.list_files(ref, lab.id)
+    prefix = lab.id + "/"
+    files: dict[str, bytes] = {}
+    total = 0
+    for entry in entries:
+        if entry.is_dir:
+            continue
+        rel = entry.path.removeprefix(prefix)
+        if entry.size > MAX_FILE_BYTES or total + entry.size > MAX_LAB_BYTES:
+            skipped.append(f"{lab.id}/{rel} ({entry.size} bytes: too big)")
+            continue
+        files[rel] = await ctx.backend.read_file(ref, entry.path)
+        total += len(files[rel])
+    if files == _starter_files(lab):
+        return None
+    return [
+        FileRecord(path=rel, base64=base64.b64encode(data).decode("ascii")) for rel, data in files.items()
+    ]
+
+
+async def export_progress(
+    ctx: AppContext,
+    session: Session,
+    *,
+    event: Event,
+    attendee: Attendee,
+    with_files: bool = False,
+    skipped_files: list[str] | None = None,
+) -> ProgressFile:
+    """The attendee's progress in every lab of the event (and their lab folders when asked).
+    Files too big to carry are listed in ``skipped_files``."""
+    assert attendee.id is not None
+    labs = [ctx.catalog.labs[lab_id] for lab_id in event_labs(ctx, event)]
+    records = [_lab_record(session, event=event, attendee_id=attendee.id, lab=lab) for lab in labs]
+    if with_files:
+        ref = await ensure_environment(ctx, session, event=event, attendee=attendee)
+        skipped = skipped_files if skipped_files is not None else []
+        for lab, record in zip(labs, records, strict=True):
+            record.files = await _lab_files(ctx, ref, lab, skipped)
+    return ProgressFile(
+        format=FORMAT,
+        schema_version=SCHEMA_VERSION,
+        exported_at=clock.now(),
+        labserver_version=__version__,
+        source=event.title,
+        attendee=AttendeeRecord(name=attendee.name),
+        labs=records,
+    )
+
+
+def dump_progress(progress: ProgressFile) -> str:
+    return progress.model_dump_json(indent=1, exclude_none=True) + "\n"
+
+
+# -- importing -------------------------------------------------------------------------------------
+def _passed_steps(session: Session, attendee_id: int, lab_id: str) -> set[str]:
+    rows = session.exec(
+        select(CheckRun.step_id).where(
+            CheckRun.attendee_id == attendee_id,
+            CheckRun.lab_id == lab_id,
+            CheckRun.status == CheckStatus.passed,
+        )
+    ).all()
+    return set(rows)
+
+
+async def import_progress(
+    ctx: AppContext,
+    session: Session,
+    *,
+    event: Event,
+    attendee: Attendee,
+    progress: ProgressFile,
+    restore_files: bool = True,
+) -> ImportReport:
+    """Record the file's passed steps for ``attendee`` (see the module docstring). ``progress``
+    comes from :func:`parse_progress`, so it is already valid."""
+    assert event.id is not None and attendee.id is not None
+    here = set(event_labs(ctx, event))
+    report = ImportReport()
+    new_runs: list[CheckRun] = []
+    restore: list[tuple[Lab, list[FileRecord]]] = []
+    source = progress.source or "another labserver"
+    for record in progress.labs:
+        lab = ctx.catalog.labs.get(record.id)
+        if lab is None or record.id not in here:
+            report.skipped.append(record.id)
+            continue
+        passed_here = _passed_steps(session, attendee.id, lab.id)
+        for step in record.steps:
+            key = f"{lab.id}/{step.id}"
+            if lab.step(step.id) is None:
+                report.skipped.append(key)
+                continue
+            if step.status != "passed" or step.passed_at is None:
+                continue
+            if step.id in passed_here:
+                report.already.append(key)
+                continue
+            when = _utc(step.passed_at)
+            info = {
+                "attempts": max(step.attempts, 1),
+                "source": source,
+                "exported_at": _utc(progress.exported_at).isoformat(),
+                "name": progress.attendee.name,
+            }
+            new_runs.append(
+                CheckRun(
+                    event_id=event.id,
+                    attendee_id=attendee.id,
+                    lab_id=lab.id,
+                    step_id=step.id,
+                    status=CheckStatus.passed,
+                    message=(
+                        f"Imported from a progress file: passed on {when:%Y-%m-%d %H:%M} UTC in "
+                        f"“{source}”. {step.message}"
+                    ).strip()[:10_000],
+                    log=IMPORT_TAG + json.dumps(info, ensure_ascii=False),
+                    duration_s=0.0,
+                    created_at=when,
+                    finished_at=when,
+                )
+            )
+            report.imported.append(key)
+        if restore_files and record.files is not None:
+            restore.append((lab, record.files))
+    for run in new_runs:
+        session.add(run)
+    try:
+        if restore:
+            ref = await ensure_environment(ctx, session, event=event, attendee=attendee)
+            stamp = clock.now().strftime("%Y%m%d-%H%M%S") + "-import"
+            for lab, files in restore:
+                await ctx.terminals.close((ref.env_id, lab.id))
+                report.backups[lab.id] = await ctx.backend.reset_lab(ref, LabSeed(lab.id, lab.starter), stamp)
+                for rec in files:
+                    await ctx.backend.write_file(ref, f"{lab.id}/{rec.path}", rec.data())
+                report.restored_labs.append(lab.id)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    for run in new_runs:
+        session.refresh(run)
+        ctx.live.publish(
+            "check.finished",
+            event.id,
+            attendee.id,
+            run_id=run.id,
+            lab=run.lab_id,
+            step=run.step_id,
+            status=str(run.status),
+            message=run.message[:300],
+            name=attendee.name,
+            imported=True,
+        )
+    return report
