@@ -1,0 +1,346 @@
+"""Instructor pages under ``/instructor`` (Jinja2, the attendee pages' environment factory
+:func:`labserver.routes.pages.jinja_env`). Each page's context is built by one function
+(``events_context``, ``event_form_context``, ``dashboard_context``, ``attendee_context``) that tests
+call directly. After loading, the dashboard and the drill-down talk to the instructor JSON API.
+
+Anonymous users and attendees are redirected to the login page (303); a signed cookie
+(:func:`~labserver.routes.deps.make_instructor_cookie`) carries the instructor's name, so several
+instructors work at once and the help queue shows who claimed what."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlmodel import Session, select
+
+from labserver.i18n import translations
+from labserver.models import Attendee, EventStatus
+from labserver.routes.deps import (
+    INSTRUCTOR_COOKIE,
+    Ctx,
+    SessionDep,
+    instructor_from,
+    make_instructor_cookie,
+)
+from labserver.routes.instructor_api import get_attendee, get_event
+from labserver.routes.pages import base_context, render_page, safe_next
+from labserver.services import env_admin, event_admin
+from labserver.services.context import AppContext
+from labserver.services.environments import event_labs, get_row
+from labserver.services.event_admin import EventError
+
+router = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])
+
+Context = dict[str, Any]
+
+
+def page_instructor(request: Request, ctx: Ctx) -> str:
+    """The instructor's name, or a 303 to the login page."""
+    name = instructor_from(ctx, request.headers, request.cookies)
+    if name is None:
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise HTTPException(303, headers={"Location": f"/instructor/login?next={quote(here)}"})
+    return name
+
+
+PageInstructor = Annotated[str, Depends(page_instructor)]
+
+
+def instructor_base(request: Request, name: str | None, page: str) -> Context:
+    base = base_context(request, None, page)
+    return {**base, "instructor": name}
+
+
+# -- login ------------------------------------------------------------------------------------------
+def login_context(request: Request, error: str = "", name: str = "") -> Context:
+    return {
+        **instructor_base(request, None, "instructor-login"),
+        "next": safe_next(request.query_params.get("next", "/instructor"), "/instructor"),
+        "error": error,
+        "name": name,
+    }
+
+
+@router.get("/login")
+def login_page(request: Request, ctx: Ctx) -> HTMLResponse:
+    return render_page(ctx, "instructor_login.html", login_context(request))
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    ctx: Ctx,
+    token: Annotated[str, Form()] = "",
+    name: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/instructor",
+) -> Response:
+    expected = ctx.settings.instructor_token
+    name = " ".join(name.split())[:80]
+    if not expected or not hmac.compare_digest(token.strip(), expected):
+        _ = translations(base_context(request, None, "x")["lang"]).gettext
+        context = login_context(request, _("That is not the instructor token."), name)
+        context["next"] = safe_next(next, "/instructor")
+        return render_page(ctx, "instructor_login.html", context, status_code=403)
+    resp = RedirectResponse(safe_next(next, "/instructor"), status_code=303)
+    resp.set_cookie(
+        INSTRUCTOR_COOKIE,
+        make_instructor_cookie(ctx, name or "instructor"),
+        httponly=True,
+        samesite="lax",
+        max_age=7 * 24 * 3600,
+    )
+    return resp
+
+
+@router.post("/logout")
+def logout() -> RedirectResponse:
+    resp = RedirectResponse("/instructor/login", status_code=303)
+    resp.delete_cookie(INSTRUCTOR_COOKIE)
+    return resp
+
+
+# -- events -----------------------------------------------------------------------------------------
+def _catalog_labs(ctx: AppContext, lang: str) -> list[Context]:
+    return [
+        {"id": lab.id, "title": lab.spec.title.get(lang), "steps": len(lab.steps)}
+        for lab in sorted(ctx.catalog.labs.values(), key=lambda lab: (getattr(lab.spec, "order", 0), lab.id))
+    ]
+
+
+def events_context(request: Request, ctx: AppContext, session: Session, me: str) -> Context:
+    base = instructor_base(request, me, "instructor-events")
+    return {**base, "events": event_admin.list_events(session), "statuses": [s.value for s in EventStatus]}
+
+
+def _local(t: dt.datetime | None) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M") if t else ""
+
+
+def event_form_context(
+    request: Request,
+    ctx: AppContext,
+    me: str,
+    values: Context | None = None,
+    error: EventError | None = None,
+    event_id: int | None = None,
+) -> Context:
+    base = instructor_base(request, me, "instructor-event-form")
+    values = values or {}
+    return {
+        **base,
+        "event_id": event_id,
+        "values": {
+            "title": values.get("title", ""),
+            "labs": values.get("labs", []),
+            "code": values.get("code", ""),
+            "capacity": values.get("capacity", 0),
+            "starts_at": values.get("starts_at", ""),
+            "ends_at": values.get("ends_at", ""),
+            "backend": values.get("backend", ""),
+            "image": values.get("image", ""),
+        },
+        "catalog": _catalog_labs(ctx, base["lang"]),
+        "backends": list(event_admin.BACKENDS),
+        "error": {"message": error.message, "field": error.field} if error else None,
+    }
+
+
+def _parse_time(value: str, field: str) -> dt.datetime | None:
+    if not value.strip():
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.strip())
+    except ValueError as exc:
+        raise EventError("Use a date and time like 2026-05-20T09:00.", field=field) from exc
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def _form_fields(
+    title: str, labs: str, code: str, capacity: str, starts_at: str, ends_at: str, backend: str, image: str
+) -> Context:
+    try:
+        cap = int(capacity or 0)
+    except ValueError as exc:
+        raise EventError("Capacity is a whole number (0 = unlimited).", field="capacity") from exc
+    return {
+        "title": title,
+        "labs": [lab.strip() for lab in labs.replace(",", "\n").splitlines() if lab.strip()],
+        "code": code,
+        "capacity": cap,
+        "starts_at": _parse_time(starts_at, "starts_at"),
+        "ends_at": _parse_time(ends_at, "ends_at"),
+        "backend": backend,
+        "image": image,
+    }
+
+
+FormStr = Annotated[str, Form()]
+
+
+@router.get("")
+def events_page(request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor) -> HTMLResponse:
+    return render_page(ctx, "instructor_events.html", events_context(request, ctx, session, me))
+
+
+@router.get("/events/new")
+def new_event_page(request: Request, ctx: Ctx, me: PageInstructor) -> HTMLResponse:
+    return render_page(ctx, "instructor_event_form.html", event_form_context(request, ctx, me))
+
+
+@router.post("/events")
+def create_event(
+    request: Request,
+    ctx: Ctx,
+    session: SessionDep,
+    me: PageInstructor,
+    title: FormStr = "",
+    labs: FormStr = "",
+    code: FormStr = "",
+    capacity: FormStr = "0",
+    starts_at: FormStr = "",
+    ends_at: FormStr = "",
+    backend: FormStr = "",
+    image: FormStr = "",
+) -> Response:
+    raw = {"title": title, "labs": labs, "code": code, "capacity": capacity}
+    raw |= {"starts_at": starts_at, "ends_at": ends_at, "backend": backend, "image": image}
+    try:
+        event = event_admin.create(ctx, session, **_form_fields(**raw))
+    except EventError as exc:
+        raw["labs"] = [lab for lab in labs.replace(",", "\n").splitlines() if lab.strip()]  # type: ignore[assignment]
+        context = event_form_context(request, ctx, me, raw, exc)
+        return render_page(ctx, "instructor_event_form.html", context, status_code=400)
+    return RedirectResponse(f"/instructor/events/{event.id}", status_code=303)
+
+
+@router.get("/events/{event_id}/edit")
+def edit_event_page(
+    event_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+) -> HTMLResponse:
+    event = get_event(session, event_id)
+    values = event_admin.event_public(event)
+    values["starts_at"], values["ends_at"] = _local(event.starts_at), _local(event.ends_at)
+    return render_page(
+        ctx, "instructor_event_form.html", event_form_context(request, ctx, me, values, event_id=event_id)
+    )
+
+
+@router.post("/events/{event_id}/edit")
+def edit_event(
+    event_id: int,
+    request: Request,
+    ctx: Ctx,
+    session: SessionDep,
+    me: PageInstructor,
+    title: FormStr = "",
+    labs: FormStr = "",
+    code: FormStr = "",
+    capacity: FormStr = "0",
+    starts_at: FormStr = "",
+    ends_at: FormStr = "",
+    backend: FormStr = "",
+    image: FormStr = "",
+) -> Response:
+    event = get_event(session, event_id)
+    raw = {"title": title, "labs": labs, "code": code, "capacity": capacity}
+    raw |= {"starts_at": starts_at, "ends_at": ends_at, "backend": backend, "image": image}
+    try:
+        event_admin.update(ctx, session, event, **_form_fields(**raw))
+    except EventError as exc:
+        session.rollback()
+        raw["labs"] = [lab for lab in labs.replace(",", "\n").splitlines() if lab.strip()]  # type: ignore[assignment]
+        context = event_form_context(request, ctx, me, raw, exc, event_id=event_id)
+        return render_page(ctx, "instructor_event_form.html", context, status_code=400)
+    return RedirectResponse(f"/instructor/events/{event_id}", status_code=303)
+
+
+@router.post("/events/{event_id}/status")
+def event_status(
+    event_id: int, ctx: Ctx, session: SessionDep, me: PageInstructor, status: FormStr = ""
+) -> Response:
+    event = get_event(session, event_id)
+    try:
+        event_admin.set_status(ctx, session, event, status)
+    except EventError as exc:
+        raise HTTPException(400, exc.message) from exc
+    target = "/instructor" if status == EventStatus.archived else f"/instructor/events/{event_id}"
+    return RedirectResponse(target, status_code=303)
+
+
+# -- the room ---------------------------------------------------------------------------------------
+def dashboard_context(request: Request, ctx: AppContext, session: Session, me: str, event_id: int) -> Context:
+    base = instructor_base(request, me, "instructor-dashboard")
+    event = get_event(session, event_id)
+    lang = base["lang"]
+    labs = []
+    for lab_id in event_labs(ctx, event):
+        lab = ctx.catalog.labs[lab_id]
+        labs.append(
+            {
+                "id": lab.id,
+                "title": lab.spec.title.get(lang),
+                "steps": [{"id": s.id, "title": s.spec.title.get(lang)} for s in lab.steps],
+                "unlocked": event.pace.get(lab.id),
+            }
+        )
+    count = len(session.exec(select(Attendee.id).where(Attendee.event_id == event_id)).all())
+    return {
+        **base,
+        "ev": event_admin.event_public(event, count),
+        "labs": labs,
+        "config": {"event": event.id, "lang": lang, "me": me},
+    }
+
+
+@router.get("/events/{event_id}")
+def dashboard_page(
+    event_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+) -> HTMLResponse:
+    return render_page(
+        ctx, "instructor_dashboard.html", dashboard_context(request, ctx, session, me, event_id)
+    )
+
+
+def attendee_context(
+    request: Request, ctx: AppContext, session: Session, me: str, event_id: int, attendee_id: int
+) -> Context:
+    base = instructor_base(request, me, "instructor-attendee")
+    event = get_event(session, event_id)
+    attendee = get_attendee(session, event, attendee_id)
+    lang = base["lang"]
+    labs = [
+        {
+            "id": lab_id,
+            "title": ctx.catalog.labs[lab_id].spec.title.get(lang),
+            "steps": [{"id": s.id, "title": s.spec.title.get(lang)} for s in ctx.catalog.labs[lab_id].steps],
+        }
+        for lab_id in event_labs(ctx, event)
+    ]
+    env = env_admin.env_detail(get_row(session, attendee))
+    return {
+        **base,
+        "ev": event_admin.event_public(event),
+        "attendee": {"id": attendee.id, "name": attendee.name},
+        "env": env,
+        "labs": labs,
+        "config": {
+            "event": event.id,
+            "attendee": attendee.id,
+            "env_id": env.get("id"),
+            "labs": [lab["id"] for lab in labs],
+            "lang": lang,
+        },
+    }
+
+
+@router.get("/events/{event_id}/attendees/{attendee_id}")
+def attendee_page(
+    event_id: int, attendee_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+) -> HTMLResponse:
+    context = attendee_context(request, ctx, session, me, event_id, attendee_id)
+    return render_page(ctx, "instructor_attendee.html", context)

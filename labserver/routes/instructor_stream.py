@@ -1,0 +1,84 @@
+"""The instructor's live stream: the event-wide :class:`~labserver.live.LiveHub` subscription turned
+into small deltas for the grid page.
+
+SSE events (``data`` is JSON):
+
+- ``ready``: the subscription is live;
+- ``cell``: ``{"cell": [attendee_id, column, status, attempts, t0, t1], "run": id|null, "at": epoch}``
+  after ``check.finished`` or ``step.opened`` (status ``n`` = not started; ``at`` = when the check
+  finished, float seconds, for latency measurements);
+- ``run``: ``{"a": attendee_id, "c": column}`` a check started;
+- ``env``: ``{"a": attendee_id, "state": ...}``;
+- ``help``: the ``help.*`` event (the page reloads the small queue);
+- ``announcement``, ``pace``, ``event.status``, ``solution.revealed``, ``lab.reset``: passed through;
+- ``resync``: the stream fell behind; reload the grid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlmodel import Session
+
+from labserver.live import LiveEvent, Subscription
+from labserver.models import CheckRun, Event
+from labserver.services import room
+from labserver.services.context import AppContext
+from labserver.services.environments import event_labs
+
+PASS_THROUGH = {"announcement", "pace", "event.status", "solution.revealed", "lab.reset", "resync"}
+
+
+def _columns(ctx: AppContext, event: Event) -> dict[tuple[str, str], int]:
+    keys = [(lab_id, s.id) for lab_id in event_labs(ctx, event) for s in ctx.catalog.labs[lab_id].steps]
+    return {k: i for i, k in enumerate(keys)}
+
+
+def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[str, Any]] | None:
+    """(sse event name, payload) for one live event, or None when the grid page does not care."""
+    data = ev.data
+    if ev.kind in ("check.finished", "step.opened") and ev.attendee_id is not None:
+        key = (str(data.get("lab")), str(data.get("step")))
+        with Session(ctx.engine, expire_on_commit=False) as session:
+            facts = room.load_facts(ctx, session, event, attendee_id=ev.attendee_id)
+            cells = room.attendee_cells(facts, ev.attendee_id, [key])
+            at = None
+            if ev.kind == "check.finished" and data.get("run_id"):
+                run = session.get(CheckRun, data["run_id"])
+                if run is not None and run.finished_at is not None:
+                    at = room.aware(run.finished_at).timestamp()
+        if not cells:
+            return None
+        return "cell", {"cell": cells[0], "run": data.get("run_id"), "at": at, "status": data.get("status")}
+    if ev.kind == "check.started" and ev.attendee_id is not None:
+        column = _columns(ctx, event).get((str(data.get("lab")), str(data.get("step"))))
+        return None if column is None else ("run", {"a": ev.attendee_id, "c": column})
+    if ev.kind == "env.state":
+        return "env", {"a": ev.attendee_id, "state": data.get("state"), "env_id": data.get("env_id")}
+    if ev.kind.startswith("help."):
+        return "help", {"kind": ev.kind, "a": ev.attendee_id, **data}
+    if ev.kind in PASS_THROUGH:
+        return ev.kind, {"a": ev.attendee_id, **data}
+    return None
+
+
+async def instructor_stream(
+    ctx: AppContext, event: Event, sub: Subscription, *, keepalive_s: float = 15.0
+) -> AsyncIterator[dict[str, str]]:
+    try:
+        yield {"event": "ready", "data": json.dumps({"kind": "ready", "event_id": event.id})}
+        while True:
+            try:
+                ev = await asyncio.wait_for(sub.get(), keepalive_s)
+            except TimeoutError:
+                yield {"comment": "keepalive"}
+                continue
+            out = translate(ctx, event, ev)
+            if out is not None:
+                name, payload = out
+                yield {"event": name, "id": str(ev.seq), "data": json.dumps(payload, separators=(",", ":"))}
+    finally:
+        sub.close()
