@@ -73,7 +73,12 @@ def base_context(request: Request, me: Any, page: str) -> Context:
         "page": page,
         "lang": lang,
         "langs": [
-            {"code": code, "name": LANG_NAMES[code], "current": code == lang, "href": f"/lang/{code}?next={quote(here)}"}
+            {
+                "code": code,
+                "name": LANG_NAMES[code],
+                "current": code == lang,
+                "href": f"/lang/{code}?next={quote(here)}",
+            }
             for code in LANGS
         ],
         "me": {"name": me.attendee.name, "id": me.id} if me else None,
@@ -113,7 +118,7 @@ def labs_context(request: Request, ctx: AppContext, session: Session, me: Any) -
         {
             "id": lab_id,
             "available": False,
-            "problem": str(ctx.catalog.broken[lab_id].problems[0]) if ctx.catalog.broken[lab_id].problems else "",
+            "problems": [str(p) for p in ctx.catalog.broken[lab_id].problems],
         }
         for lab_id in wanted
         if lab_id in ctx.catalog.broken
@@ -143,7 +148,9 @@ def lab_context(request: Request, ctx: AppContext, session: Session, me: Any, la
     for step in lab.steps:
         sp = by_id[step.id]
         detail = step_detail(lab, step, lang, sp.locked)
-        steps.append({**detail, "status": sp.status, "attempts": sp.attempts, "last_message": sp.last_message})
+        steps.append(
+            {**detail, "status": sp.status, "attempts": sp.attempts, "last_message": sp.last_message}
+        )
     current = pick_step(lab, steps, request.query_params.get("step", ""))
     env = env_public(environments.get_row(session, me.attendee))
     return {
@@ -200,7 +207,7 @@ def lab_page(lab_id: str, request: Request, ctx: Ctx, session: SessionDep, me: O
         _ = translations(lang).gettext
         broken = ctx.catalog.broken.get(lab_id)
         if broken is not None:
-            reason = str(broken.problems[0]) if broken.problems else ""
+            reason = "; ".join(str(p) for p in broken.problems)
             context = error_context(
                 request, me, _("This lab is unavailable"), _("Its files have a problem; tell the instructor.")
             )
