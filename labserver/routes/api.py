@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlmodel import select
+from sqlmodel import col, select
 from sse_starlette.sse import EventSourceResponse
 
 from labserver.backends.base import PathRefused, safe_relpath
@@ -280,7 +280,7 @@ def api_runs(
     runs = session.exec(
         select(CheckRun)
         .where(CheckRun.attendee_id == me.id, CheckRun.lab_id == lab_id, CheckRun.step_id == step_id)
-        .order_by(CheckRun.id.desc())  # type: ignore[union-attr]
+        .order_by(col(CheckRun.id).desc())
         .limit(50)
     ).all()
     return [checking.run_public(r) for r in runs]
@@ -359,7 +359,7 @@ def api_my_help(me: CurrentAttendee, session: SessionDep) -> dict[str, Any] | No
                 [HelpState.open, HelpState.claimed]
             ),
         )
-        .order_by(HelpRequest.id.desc())
+        .order_by(col(HelpRequest.id).desc())
     ).first()  # type: ignore[union-attr]
     return help_public(h) if h else None
 
@@ -386,7 +386,7 @@ def api_announcements(me: CurrentAttendee, session: SessionDep) -> list[dict[str
     rows = session.exec(
         select(Announcement)
         .where(Announcement.event_id == me.event.id)
-        .order_by(Announcement.id.desc())
+        .order_by(col(Announcement.id).desc())
         .limit(20)
     ).all()  # type: ignore[union-attr]
     return [{"id": a.id, "message": a.message, "created_at": a.created_at.isoformat()} for a in rows]

@@ -6,7 +6,7 @@ import hashlib
 import re
 import secrets
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from labserver import clock
 from labserver.models import Attendee, Event, EventStatus
@@ -64,7 +64,7 @@ def create_event(
 
 def ensure_default_event(session: Session, *, title: str, labs: list[str], code: str) -> tuple[Event, bool]:
     """The event ``serve`` opens on first start; (event, created)."""
-    existing = session.exec(select(Event).where(Event.selfpaced == False).order_by(Event.id)).first()  # noqa: E712
+    existing = session.exec(select(Event).where(Event.selfpaced == False).order_by(col(Event.id))).first()  # noqa: E712
     if existing:
         return existing, False
     return create_event(session, title=title, labs=labs, code=code), True

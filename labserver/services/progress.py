@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from labserver.content import Lab
 from labserver.models import CheckRun, CheckStatus, Event, StepStart
@@ -53,7 +53,7 @@ def lab_progress(session: Session, *, event: Event, attendee_id: int, lab: Lab) 
     runs = session.exec(
         select(CheckRun)
         .where(CheckRun.attendee_id == attendee_id, CheckRun.lab_id == lab.id)
-        .order_by(CheckRun.id)
+        .order_by(col(CheckRun.id))
     ).all()
     starts = {
         s.step_id
