@@ -1,0 +1,275 @@
+"""OCP Microscaling (MX) formats: MXFP4 (E2M1) and MXFP8 (E4M3, E5M2), block size 32.
+
+Every block of 32 consecutive elements along ``axis`` shares one E8M0 scale (an 8-bit power of
+two, bias 127; code 0xFF is NaN). The scale rule is the OCP one that CANN's ``DynamicMxQuant``
+uses with ``scale_alg=0``::
+
+    shared_exp = floor(log2(amax)) - emax        # emax: E2M1 2, E4M3 8, E5M2 15
+    scale      = 2 ** shared_exp                 # stored as shared_exp + 127, clamped to [0, 254]
+    code_i     = cast(V_i / scale)               # round half to even, saturating at the format max
+
+Choices where the spec leaves room (documented in docs/labkit.md, "MX formats"):
+
+- a block whose amax is 0 gets scale code 0 (2^-127) and all-zero codes;
+- a block holding a NaN or an infinity gets scale code 0xFF (NaN) and zero codes; it dequantizes
+  to NaN everywhere, as the spec says for a NaN scale;
+- a negative value that rounds to zero keeps its sign (E2M1 code 8, -0);
+- a last partial block is padded with zeros (padding never changes the scale).
+
+Storage: FP4 codes are packed two per byte along the *last* dimension, low nibble = even
+index (as DeepSeek-V4 / cann-recipes checkpoints do); FP8 codes are one byte each (the bit
+pattern of ``torch.float8_e4m3fn`` / ``torch.float8_e5m2``). Scales are ``uint8`` E8M0 codes with
+``axis`` shrunk to the number of blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "BLOCK_SIZE",
+    "E2M1_VALUES",
+    "FORMATS",
+    "MXFormat",
+    "MXTensor",
+    "decode_e2m1",
+    "dequantize",
+    "e8m0_to_float",
+    "encode_e2m1",
+    "get_format",
+    "mx_linear",
+    "pack_fp4",
+    "quantize_mx",
+    "shared_exponent",
+    "unpack_fp4",
+]
+
+BLOCK_SIZE = 32
+E8M0_NAN = 255
+# Code -> value; bit 3 is the sign, bits 0-2 the magnitude.
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+# Midpoints between consecutive E2M1 magnitudes; a value exactly on one is a tie.
+_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+
+
+@dataclass(frozen=True)
+class MXFormat:
+    name: str
+    element: str  # "e2m1" | "e4m3" | "e5m2"
+    bits: int
+    emax: int  # exponent of the largest normal element value
+    max: float  # largest finite element value (saturation bound)
+    torch_dtype: torch.dtype  # the element dtype torch (and torch_npu) names
+
+    @property
+    def bits_per_element(self) -> float:
+        """Element bits plus the shared 8-bit scale spread over the block: 4.25 for MXFP4."""
+        return self.bits + 8 / BLOCK_SIZE
+
+
+FORMATS: dict[str, MXFormat] = {
+    "mxfp4": MXFormat("mxfp4", "e2m1", 4, 2, 6.0, torch.float4_e2m1fn_x2),
+    "mxfp8_e4m3": MXFormat("mxfp8_e4m3", "e4m3", 8, 8, 448.0, torch.float8_e4m3fn),
+    "mxfp8_e5m2": MXFormat("mxfp8_e5m2", "e5m2", 8, 15, 57344.0, torch.float8_e5m2),
+}
+_ALIASES = {
+    "fp4": "mxfp4",
+    "e2m1": "mxfp4",
+    "mxfp4_e2m1": "mxfp4",
+    "mxfp8": "mxfp8_e4m3",
+    "fp8": "mxfp8_e4m3",
+    "e4m3": "mxfp8_e4m3",
+    "e5m2": "mxfp8_e5m2",
+}
+
+
+def get_format(fmt: str | MXFormat | torch.dtype) -> MXFormat:
+    """``"mxfp4"``, ``"mxfp8_e4m3"``, ``"mxfp8_e5m2"`` (aliases ``fp4``, ``e2m1``, ``mxfp8``, ``e4m3``,
+    ``e5m2``) or an element dtype such as ``torch.float8_e4m3fn``."""
+    if isinstance(fmt, MXFormat):
+        return fmt
+    if isinstance(fmt, torch.dtype):
+        for f in FORMATS.values():
+            if f.torch_dtype == fmt:
+                return f
+        raise ValueError(f"no MX format has element dtype {fmt}")
+    key = str(fmt).lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in FORMATS:
+        raise ValueError(f"unknown MX format {fmt!r}; use one of {sorted(FORMATS)}")
+    return FORMATS[key]
+
+
+def shared_exponent(amax: torch.Tensor, fmt: str | MXFormat) -> torch.Tensor:
+    """``floor(log2(amax)) - emax`` clamped to [-127, 127] (int32); -127 where amax is 0.
+    Exact for every float, subnormals included (``frexp`` rather than ``log2``)."""
+    f = get_format(fmt)
+    a = amax.to(torch.float64)
+    _, e = torch.frexp(a)  # a = m * 2**e with 0.5 <= m < 1, so floor(log2 a) = e - 1
+    se = (e.to(torch.int32) - 1 - f.emax).clamp(-127, 127)
+    return torch.where(a > 0, se, torch.full_like(se, -127))
+
+
+def e8m0_to_float(codes: torch.Tensor) -> torch.Tensor:
+    """E8M0 codes (uint8) to float32 scales: ``2**(code - 127)``, NaN for 0xFF."""
+    c = codes.to(torch.int32)
+    out = torch.ldexp(torch.ones_like(c, dtype=torch.float32), (c - 127).to(torch.float32))
+    return torch.where(c == E8M0_NAN, torch.full_like(out, float("nan")), out)
+
+
+def encode_e2m1(v: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest E2M1 value, ties to the even code, saturating at ±6 (uint8 codes).
+    NaN encodes as 0 (E2M1 has no NaN; an MX block with a NaN gets a NaN *scale* instead)."""
+    a = v.to(torch.float32)
+    mag = a.abs().nan_to_num(0.0).clamp(max=6.0)
+    mids = torch.tensor(_E2M1_MIDPOINTS, dtype=torch.float32)
+    code = torch.bucketize(mag, mids)  # ties land on the lower code
+    tie = (code < len(_E2M1_MIDPOINTS)) & (mids[code.clamp(max=len(_E2M1_MIDPOINTS) - 1)] == mag)
+    code = torch.where(tie & (code % 2 == 1), code + 1, code)
+    sign = torch.signbit(a) & ~torch.isnan(a)
+    return (code + sign.to(code.dtype) * 8).to(torch.uint8)
+
+
+def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """E2M1 codes (0..15) to float32."""
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float32)
+    return table[codes.to(torch.int64) & 0xF]
+
+
+def pack_fp4(codes: torch.Tensor) -> torch.Tensor:
+    """Pack 4-bit codes two per byte along the last dim (low nibble = even index). An odd
+    last dim is padded with a zero code."""
+    c = codes.to(torch.uint8)
+    if c.shape[-1] % 2:
+        c = torch.nn.functional.pad(c, (0, 1))
+    return (c[..., 0::2] & 0xF) | ((c[..., 1::2] & 0xF) << 4)
+
+
+def unpack_fp4(packed: torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """Inverse of :func:`pack_fp4`; ``n`` trims the last dim to ``n`` codes."""
+    p = packed.view(torch.uint8) if packed.dtype != torch.uint8 else packed
+    out = torch.stack((p & 0xF, (p >> 4) & 0xF), dim=-1).flatten(-2)
+    return out if n is None else out[..., :n]
+
+
+@dataclass(frozen=True)
+class MXTensor:
+    """A quantized tensor: ``codes`` (uint8; FP4 packed along the last dim), ``scales`` (uint8
+    E8M0, ``axis`` dim = number of blocks), the format, the original ``shape`` and ``axis``."""
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    fmt: MXFormat
+    shape: tuple[int, ...]
+    axis: int = -1
+    dtype: torch.dtype = torch.float32  # the dtype dequantize() returns by default
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes stored: codes plus scales (17 bytes per 32 MXFP4 elements)."""
+        return int(self.codes.numel() + self.scales.numel())
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return dequantize(self, dtype)
+
+    def element_values(self) -> torch.Tensor:
+        """The unscaled element values (float32, original shape)."""
+        if self.fmt.bits == 4:
+            return decode_e2m1(unpack_fp4(self.codes, self.shape[-1]))
+        return self.codes.view(self.fmt.torch_dtype).to(torch.float32)
+
+
+def _norm_axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for a {ndim}-D tensor")
+    return axis % ndim
+
+
+def quantize_mx(x: torch.Tensor, fmt: str | MXFormat = "mxfp4", axis: int = -1) -> MXTensor:
+    """Quantize ``x`` in blocks of 32 along ``axis`` (see the module docstring for the rules)."""
+    f = get_format(fmt)
+    if x.ndim == 0:
+        raise ValueError("quantize_mx needs at least one dimension")
+    ax = _norm_axis(axis, x.ndim)
+    xf = x.detach().to("cpu", torch.float32).movedim(ax, -1)
+    n = xf.shape[-1]
+    nb = max(1, math.ceil(n / BLOCK_SIZE))
+    blocks = torch.nn.functional.pad(xf, (0, nb * BLOCK_SIZE - n)).reshape(*xf.shape[:-1], nb, BLOCK_SIZE)
+    bad = (~torch.isfinite(blocks)).any(-1)
+    amax = blocks.abs().nan_to_num(0.0, posinf=0.0).amax(-1)
+    se = shared_exponent(amax, f)
+    scale_codes = torch.where(bad, torch.full_like(se, E8M0_NAN), se + 127).to(torch.uint8)
+    scaled = torch.ldexp(blocks.to(torch.float64), (-se).unsqueeze(-1).to(torch.float64))
+    scaled = scaled.clamp(-f.max, f.max).to(torch.float32)  # exact: a power-of-two rescale of an fp32
+    codes = encode_e2m1(scaled) if f.bits == 4 else scaled.nan_to_num(0.0).to(f.torch_dtype).view(torch.uint8)
+    codes = torch.where(bad.unsqueeze(-1), torch.zeros_like(codes), codes)
+    codes = codes.reshape(*xf.shape[:-1], nb * BLOCK_SIZE)[..., :n].movedim(-1, ax).contiguous()
+    if f.bits == 4:
+        codes = pack_fp4(codes)
+    return MXTensor(codes, scale_codes.movedim(-1, ax).contiguous(), f, tuple(x.shape), ax, x.dtype)
+
+
+def dequantize(mx: MXTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Element value times its block scale; NaN in blocks whose scale is 0xFF."""
+    values = mx.element_values().movedim(mx.axis, -1)
+    n = values.shape[-1]
+    nb = mx.scales.shape[mx.axis]
+    blocks = torch.nn.functional.pad(values, (0, nb * BLOCK_SIZE - n)).reshape(
+        *values.shape[:-1], nb, BLOCK_SIZE
+    )
+    scales = e8m0_to_float(mx.scales.movedim(mx.axis, -1)).unsqueeze(-1)
+    out = (blocks * scales).reshape(*values.shape[:-1], nb * BLOCK_SIZE)[..., :n].movedim(-1, mx.axis)
+    return out.to(dtype or mx.dtype)
+
+
+def mx_linear(
+    x: torch.Tensor,
+    w_mx: MXTensor,
+    act_fmt: str | MXFormat | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x @ W.T (+ bias)`` with an MX weight ``W`` of shape [N, K] quantized along K (axis -1).
+
+    ``act_fmt`` also quantizes the activations along K: W4A4 = (mxfp4 weight, ``"mxfp4"``),
+    W4A8 = (mxfp4, ``"mxfp8_e4m3"``), W8A8 = (mxfp8, ``"mxfp8_e4m3"``); ``None`` keeps them as
+    they are (weight-only). Accumulates in fp32 and returns ``x.dtype``. Charged to the emulated
+    device as one MX matmul (and one dynamic quant when ``act_fmt`` is set), moving the
+    *quantized* weight bytes.
+    """
+    if len(w_mx.shape) != 2 or w_mx.axis != 1:
+        raise ValueError("mx_linear needs a 2-D [N, K] weight quantized along K (axis=-1)")
+    n_out, k = w_mx.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features but the weight expects {k}")
+    m = x.numel() // k
+    xq = x
+    act_bytes = x.numel() * x.element_size()
+    if act_fmt is not None:
+        x_mx = quantize_mx(x, act_fmt, -1)
+        xq = dequantize(x_mx, torch.float32)
+        _account("dynamic_mx_quant", 4.0 * x.numel(), act_bytes + x_mx.nbytes, get_format(act_fmt).name)
+        act_bytes = x_mx.nbytes
+    out = xq.to(torch.float32) @ dequantize(w_mx, torch.float32).t()
+    if bias is not None:
+        out = out + bias.to(torch.float32)
+    out = out.to(x.dtype)
+    _account(
+        "mx_matmul",
+        2.0 * m * n_out * k,
+        act_bytes + w_mx.nbytes + out.numel() * out.element_size(),
+        w_mx.fmt.name,
+    )
+    return out
+
+
+def _account(op: str, flops: float, nbytes: float, dtype: str) -> None:
+    from labkit.npu._common import account
+
+    account(op, flops=flops, bytes=nbytes, dtype=dtype)

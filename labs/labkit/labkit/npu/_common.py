@@ -1,0 +1,56 @@
+"""Shared plumbing for labkit.npu: NPU dispatch and emulated-device accounting."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_emu_account: list[Callable[..., Any] | None] = []
+
+
+def on_npu(*tensors: Any) -> bool:
+    """True when any argument (or element of a list argument) is a tensor on an NPU."""
+    for t in tensors:
+        if isinstance(t, list | tuple):
+            if on_npu(*t):
+                return True
+        elif isinstance(t, torch.Tensor) and t.device.type == "npu":
+            return True
+    return False
+
+
+def torch_npu() -> Any:
+    return importlib.import_module("torch_npu")
+
+
+def account(
+    op: str, *, flops: float, bytes: float, launches: int = 1, fused: bool = True, dtype: str | None = None
+) -> None:
+    """Charge ``op`` to the emulated device through ``labkit.emu.account`` (a no-op when
+    ``labkit.emu`` or its ``account`` is missing, or when no emulation session is active)."""
+    if not _emu_account:
+        try:
+            fn = getattr(importlib.import_module("labkit.emu"), "account", None)
+        except ImportError:
+            fn = None
+        _emu_account.append(fn)
+    fn = _emu_account[0]
+    if fn is not None:
+        fn(op, flops=float(flops), bytes=float(bytes), launches=launches, fused=fused, dtype=dtype)
+
+
+def nbytes(*tensors: Any) -> int:
+    total = 0
+    for t in tensors:
+        if isinstance(t, list | tuple):
+            total += nbytes(*t)
+        elif isinstance(t, torch.Tensor):
+            total += t.numel() * t.element_size()
+    return total
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
