@@ -37,3 +37,10 @@ def test_same_name_twice_is_refused(client: TestClient, event: Event) -> None:
 
 def test_api_without_token_is_401(client: TestClient, event: Event) -> None:
     assert client.get("/api/v1/labs").status_code == 401
+
+
+def test_openapi_is_served_with_the_attendee_api(client: TestClient) -> None:
+    paths = client.get("/api/v1/openapi.json").json()["paths"]
+    for path in ("/api/v1/join", "/api/v1/labs", "/api/v1/labs/{lab_id}/steps/{step_id}/check",
+                 "/api/v1/labs/{lab_id}/files/{path}", "/api/v1/environment", "/api/v1/help", "/api/v1/stream"):
+        assert path in paths, path
