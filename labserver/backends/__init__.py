@@ -20,4 +20,7 @@ def make_backend(settings: Settings, name: str | None = None) -> Backend:
         from labserver.backends.docker import DockerBackend  # type: ignore[import-not-found,unused-ignore]
 
         return DockerBackend(settings)  # type: ignore[no-any-return,unused-ignore]
-    raise ValueError(f"unknown backend {name!r}; choose local or docker")
+    if name == "kubernetes":
+        raise ValueError("the kubernetes backend is not part of this release yet (see provisioning/k8s/); "
+                         "set LABSERVER_BACKEND to local or docker")
+    raise ValueError(f"unknown backend {name!r}; set LABSERVER_BACKEND to local or docker")
