@@ -154,7 +154,8 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         and not k.startswith("LABSERVER_")
         and not _SECRET.search(k)
     }
-    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"  # output printed just before a crash or a kill is kept
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ left in the attendee's folder
     if extra:
         env.update(extra)
     return env
