@@ -262,3 +262,10 @@ def test_default_session_on_this_cpu_is_emulated():
     with emu.session() as s:
         assert s.mode == "emulated"
         assert s.profile.name == "910B"
+
+
+def test_profile_none_follows_labkit_device(monkeypatch):
+    monkeypatch.setenv("LABKIT_DEVICE", "cpu")
+    monkeypatch.setenv("LABKIT_PROFILE", "950DT")
+    with emu.session(None) as s:
+        assert s.profile.name == "950DT" and s.mode == "emulated"

@@ -269,3 +269,34 @@ def get_profile(name: str) -> DeviceProfile:
 def profile_names() -> list[str]:
     """Canonical profile names (no aliases)."""
     return sorted({p.name for p in PROFILES.values()})
+
+
+def _fmt_value(c: Constant) -> str:
+    if c.unit == "B":
+        return f"{c.value / GiB:g} GiB"
+    if c.unit == "B/s":
+        return f"{c.value / GB:g} GB/s"
+    if c.unit == "FLOP/s":
+        return f"{c.value / TFLOPS:g} TFLOP/s"
+    if c.unit == "s":
+        return f"{c.value / US:g} µs"
+    return f"{c.value:g} {c.unit}"
+
+
+def constants_table() -> str:
+    """The Markdown table of every profile constant (docs/labkit.md embeds it verbatim).
+
+    A constant shared by several profiles (same value, marker and source) is one row.
+    """
+    merged: dict[tuple[str, str, str, str], list[str]] = {}
+    for name in ["910B", "A3", "950PR", "950DT"]:
+        for key, c in PROFILES[name].constants().items():
+            if not key.startswith("host_"):
+                merged.setdefault((key, _fmt_value(c), c.marker, c.source), []).append(name)
+    for host in HOSTS.values():
+        for key, c in (("mem_bandwidth", host.mem_bandwidth), ("flops", host.flops)):
+            merged.setdefault((key, _fmt_value(c), c.marker, c.source), []).append(f"host {host.name}")
+    rows = ["| profile | constant | value | marker | source |", "|---|---|---|---|---|"]
+    for (key, value, marker, source), names in merged.items():
+        rows.append(f"| {', '.join(names)} | {key} | {value} | {marker} | {source} |")
+    return "\n".join(rows)

@@ -84,12 +84,14 @@ class EmuSession:
 
     def __init__(
         self,
-        profile: str | DeviceProfile = "910B",
+        profile: str | DeviceProfile | None = "910B",
         *,
         graph_mode: bool = False,
         scale: float | None = None,
         measurer: Measurer | None | bool = True,
     ):
+        if profile is None:  # the profile labkit.device picked (LABKIT_PROFILE or the NPU's)
+            profile = importlib.import_module("labkit.device").get_device().profile
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self.scale = DEFAULT_SCALE if scale is None else float(scale)
         if self.scale <= 0:
@@ -293,13 +295,15 @@ class EmuSession:
 
 
 def session(
-    profile: str = "910B",
+    profile: str | None = "910B",
     *,
     graph_mode: bool = False,
     scale: float | None = None,
     measurer: Measurer | None | bool = True,
 ) -> EmuSession:
     """A new session (use ``with``). ``scale`` defaults to ``2**-10`` (64 GiB -> 64 MiB).
+
+    ``profile=None`` takes the profile ``labkit.device.get_device()`` reports (``LABKIT_PROFILE``).
 
     ``measurer``: ``True`` (default) measures on a real NPU and emulates elsewhere;
     ``False`` always emulates; an object implementing :class:`Measurer` is used as is.
