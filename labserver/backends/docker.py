@@ -89,10 +89,17 @@ class DockerBackend:
     name = "docker"
 
     def __init__(
-        self, settings: Settings, *, nodes: list[Node] | None = None, warm_pool: Any | None = None
+        self,
+        settings: Settings,
+        *,
+        nodes: list[Node] | None = None,
+        warm_pool: Any | None = None,
+        prefix: str | None = None,
     ) -> None:
         self.settings = settings
         self.cfg = settings.docker
+        #: names are ``<prefix>-<env id>``; discover() adopts only this prefix's containers
+        self.prefix = prefix or getattr(self.cfg, "name_prefix", "") or dc.DEFAULT_PREFIX
         self._configured = nodes if nodes is not None else nodes_from_settings(self.cfg)
         self._nodes: dict[str, Node] = {}
         self._clients: dict[str, docker.DockerClient] = {}
@@ -173,16 +180,16 @@ class DockerBackend:
     # -- references --------------------------------------------------------------------------
     def _ref(self, container: Any, node: str) -> EnvRef:
         lab = container.labels
-        env_id = lab.get(dc.LABEL_ENV) or dc.env_id_from_name(container.name) or container.name
+        env_id = lab.get(dc.LABEL_ENV) or dc.env_id_from_name(container.name, self.prefix) or container.name
         if lab.get(dc.LABEL_ROLE) == "warm":
-            env_id = dc.env_id_from_name(container.name) or env_id
+            env_id = dc.env_id_from_name(container.name, self.prefix) or env_id
         volume = next(
             (
                 m["Name"]
                 for m in container.attrs.get("Mounts", [])
                 if m.get("Destination") == dc.WORKSPACE and m.get("Name")
             ),
-            dc.volume_name(env_id),
+            dc.volume_name(env_id, self.prefix),
         )
         card = lab.get("labserver.card")
         return EnvRef(
@@ -207,7 +214,7 @@ class DockerBackend:
 
     async def _find(self, env_id: str) -> tuple[Any, str] | None:
         """The container of ``env_id`` on any reachable node (by its deterministic name)."""
-        name = dc.container_name(env_id)
+        name = dc.container_name(env_id, self.prefix)
         for n in self._configured:
             try:
                 return await self._run(self.client(n.name).containers.get, name), n.name
@@ -273,11 +280,15 @@ class DockerBackend:
                 await say("pulling", f"Checking the lab image on {placement.node.name} (nothing to download)")
                 await self._run(client.images.get, image)
                 await say("creating", "Creating your container")
-                config = dc.make_container_config(spec, self.cfg, placement)
+                config = dc.make_container_config(spec, self.cfg, placement, prefix=self.prefix)
                 await self._run(
                     client.volumes.create,
-                    name=dc.volume_name(spec.env_id),
-                    labels={dc.LABEL_ENV: spec.env_id, "labserver.event": str(spec.event_id)},
+                    name=dc.volume_name(spec.env_id, self.prefix),
+                    labels={
+                        dc.LABEL_ENV: spec.env_id,
+                        dc.LABEL_INSTANCE: self.prefix,
+                        "labserver.event": str(spec.event_id),
+                    },
                 )
                 try:
                     container = await self._run(client.containers.create, **config)
@@ -360,8 +371,8 @@ class DockerBackend:
             client = self.client(ref.node)
         except EnvironmentGone:
             return
-        name = ref.data.get("container") or dc.container_name(ref.env_id)
-        volume = ref.data.get("volume") or dc.volume_name(ref.env_id)
+        name = ref.data.get("container") or dc.container_name(ref.env_id, self.prefix)
+        volume = ref.data.get("volume") or dc.volume_name(ref.env_id, self.prefix)
         try:
             for ident in (ref.infra_id, name):
                 with contextlib.suppress(docker.errors.NotFound):
@@ -383,13 +394,15 @@ class DockerBackend:
         for n in self._configured:
             try:
                 containers = await self._run(
-                    self.client(n.name).containers.list, all=True, filters={"label": dc.LABEL_ROLE}
+                    self.client(n.name).containers.list,
+                    all=True,
+                    filters={"label": f"{dc.LABEL_INSTANCE}={self.prefix}"},
                 )
             except (docker.errors.DockerException, *ENGINE_ERRORS):
                 continue
             for c in containers:
                 role = c.labels.get(dc.LABEL_ROLE)
-                if role == "env" or (role == "warm" and dc.env_id_from_name(c.name)):
+                if role == "env" or (role == "warm" and dc.env_id_from_name(c.name, self.prefix)):
                     refs.append(self._ref(c, n.name))
         return sorted(refs, key=lambda r: r.env_id)
 
@@ -457,7 +470,7 @@ class DockerBackend:
                 self.client(ref.node),
                 env_id=ref.env_id,
                 image=self._image(ref),
-                volume=ref.data.get("volume") or dc.volume_name(ref.env_id),
+                volume=ref.data.get("volume") or dc.volume_name(ref.env_id, self.prefix),
                 placement=self._placement(ref),
                 argv=list(argv),
                 cwd=rel,
@@ -465,6 +478,7 @@ class DockerBackend:
                 timeout_s=timeout,
                 cpus=float(ref.data.get("cpus") or 1.0),
                 memory_mb=int(ref.data.get("memory_mb") or 2048),
+                prefix=self.prefix,
             )
         if rel:
             await self._resolve(ref, rel)
@@ -488,7 +502,7 @@ class DockerBackend:
                 self.client(ref.node),
                 env_id=ref.env_id,
                 image=self._image(ref),
-                volume=ref.data.get("volume") or dc.volume_name(ref.env_id),
+                volume=ref.data.get("volume") or dc.volume_name(ref.env_id, self.prefix),
                 placement=self._placement(ref),
                 lab_id=safe_relpath(request.lab_id),
                 checker_name=request.checker.name,
@@ -498,6 +512,7 @@ class DockerBackend:
                 log_limit=request.log_limit,
                 cpus=float(ref.data.get("cpus") or 1.0),
                 memory_mb=int(ref.data.get("memory_mb") or 2048),
+                prefix=self.prefix,
             )
         except ENGINE_ERRORS as exc:
             raise EnvironmentGone(

@@ -52,28 +52,40 @@ def unescape(value: str) -> str:
     return raw.decode()
 
 
-def container_name(env_id: str) -> str:
-    return f"labserver-{escape(env_id)}"
+LABEL_INSTANCE = "labserver.instance"
+DEFAULT_PREFIX = "labserver"
 
 
-def env_id_from_name(name: str) -> str | None:
+def container_name(env_id: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """``<prefix>-<escaped env id>``; the prefix (default ``labserver``) separates labserver
+    instances sharing one engine (and test runs)."""
+    return f"{prefix}-{escape(env_id)}"
+
+
+def env_id_from_name(name: str, prefix: str = DEFAULT_PREFIX) -> str | None:
     name = name.lstrip("/")
-    if not name.startswith("labserver-") or name.startswith(("labserver-warm-", "labserver-grader-")):
+    if not name.startswith(f"{prefix}-") or name.startswith((f"{prefix}-warm-", f"{prefix}-grader-")):
         return None
-    return unescape(name[len("labserver-") :])
+    try:
+        return unescape(name[len(prefix) + 1 :])
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
-def volume_name(env_id: str) -> str:
-    return f"labserver-ws-{escape(env_id)}"
+def volume_name(env_id: str, prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}-ws-{escape(env_id)}"
 
 
-def warm_name(event_id: int, serial: str) -> str:
-    return f"labserver-warm-ev{event_id}-{escape(serial)}"
+def warm_name(event_id: int, serial: str, prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}-warm-ev{event_id}-{escape(serial)}"
 
 
-def labels(spec: EnvSpec, placement: Placement | None, *, role: str = "env") -> dict[str, str]:
+def labels(
+    spec: EnvSpec, placement: Placement | None, *, role: str = "env", prefix: str = DEFAULT_PREFIX
+) -> dict[str, str]:
     out = {
         LABEL_ENV: spec.env_id,
+        LABEL_INSTANCE: prefix,
         "labserver.event": str(spec.event_id),
         "labserver.attendee": str(spec.attendee_id),
         "labserver.version": labserver.__version__,
@@ -132,6 +144,7 @@ def make_container_config(
     name: str | None = None,
     volume: str | None = None,
     role: str = "env",
+    prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, Any]:
     """The attendee's long-lived container: non-root, no capabilities, no new privileges, CPU /
     memory / pids limits from the spec, no network unless the lab asks, read-only root file system
@@ -146,13 +159,13 @@ def make_container_config(
         **npu_env,
         **dict(spec.env),
     }
-    volumes = {volume or volume_name(spec.env_id): {"bind": WORKSPACE, "mode": "rw"}, **binds}
+    volumes = {volume or volume_name(spec.env_id, prefix): {"bind": WORKSPACE, "mode": "rw"}, **binds}
     config: dict[str, Any] = {
         "image": image_for(spec, settings),
         "command": ["sleep", "infinity"],
-        "name": name or container_name(spec.env_id),
+        "name": name or container_name(spec.env_id, prefix),
         "hostname": "lab",
-        "labels": labels(spec, placement, role=role),
+        "labels": labels(spec, placement, role=role, prefix=prefix),
         "environment": env,
         "working_dir": WORKSPACE,
         "detach": True,
@@ -185,6 +198,7 @@ def make_grader_config(
     pids: int = 256,
     name: str,
     env_id: str,
+    prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, Any]:
     """A short-lived grader: same image, the workspace volume mounted READ-ONLY, no network, the
     trusted runner as command. Its root file system stays writable only so the server can put the
@@ -196,7 +210,12 @@ def make_grader_config(
         "command": ["python3", "-I", f"{GRADER_DIR}/runner.py"],
         "name": name,
         "hostname": "grader",
-        "labels": {LABEL_ENV: env_id, LABEL_ROLE: "grader", "labserver.version": labserver.__version__},
+        "labels": {
+            LABEL_ENV: env_id,
+            LABEL_ROLE: "grader",
+            LABEL_INSTANCE: prefix,
+            "labserver.version": labserver.__version__,
+        },
         "environment": {
             "HOME": HOME,
             "LANG": "C.UTF-8",

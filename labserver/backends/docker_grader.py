@@ -69,8 +69,8 @@ def _read_member(client: docker.DockerClient, container_id: str, path: str) -> b
     return None
 
 
-def _grader_name(env_id: str) -> str:
-    return f"labserver-grader-{dc.escape(env_id)}-{secrets.token_hex(4)}"
+def _grader_name(env_id: str, prefix: str) -> str:
+    return f"{prefix}-grader-{dc.escape(env_id)}-{secrets.token_hex(4)}"
 
 
 def run_in_grader(
@@ -88,6 +88,7 @@ def run_in_grader(
     log_limit: int,
     cpus: float,
     memory_mb: int,
+    prefix: str = dc.DEFAULT_PREFIX,
 ) -> dict[str, Any]:
     """Run the checker in a grader container; returns the verified record (raises on forgery or
     when no valid record came back: a checker error for the caller)."""
@@ -101,8 +102,9 @@ def run_in_grader(
         placement=placement,
         cpus=cpus,
         memory_mb=memory_mb,
-        name=_grader_name(env_id),
+        name=_grader_name(env_id, prefix),
         env_id=env_id,
+        prefix=prefix,
         env={**env, "LAB_DIR": f"{dc.WORKSPACE}/{lab_id}"},
     )
     config["working_dir"] = "/"
@@ -197,6 +199,7 @@ def run_readonly(
     timeout_s: float,
     cpus: float,
     memory_mb: int,
+    prefix: str = dc.DEFAULT_PREFIX,
 ) -> ExecResult:
     """Run ``argv`` in a grader container that sees the workspace read-only (stdout from the log,
     stderr through the result pipe)."""
@@ -215,6 +218,7 @@ def run_readonly(
         log_limit=16 * 1024 * 1024,
         cpus=cpus,
         memory_mb=memory_mb,
+        prefix=prefix,
     )
     elapsed = time.monotonic() - start
     if record.get("missing"):

@@ -12,6 +12,7 @@ import pytest
 from labserver.backends.base import Backend
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
+from tests.docker.factory import docker_factory
 
 
 def local_factory(settings: Settings, tmp_path: Path) -> Backend:
@@ -25,6 +26,7 @@ def local_unsandboxed_factory(settings: Settings, tmp_path: Path) -> Backend:
 BACKEND_FACTORIES: dict[str, Callable[[Settings, Path], Backend]] = {
     "local": local_factory,
     "local-nosandbox": local_unsandboxed_factory,
+    "docker": docker_factory,
 }
 
 
