@@ -143,3 +143,10 @@ def test_corpus_is_deterministic_and_grammatical():
     rng = random.Random(0)
     tok = WordTokenizer(corpus.all_words())
     assert tok.unk_id not in tok.encode(corpus.make_paragraph("code", rng).text)
+
+
+def test_weight_groups_cover_every_parameter_once(small: TinyMoE):
+    groups = small.weight_groups()
+    assert sum(groups.values()) == sum(p.numel() * 4 for p in small.parameters())
+    assert groups["layers.1.expert.7"] == (2 * 16 * 32 + 32 * 16) * 4
+    assert len([t for t in groups if ".expert." in t]) == SMALL.n_layers * SMALL.n_routed_experts

@@ -348,5 +348,33 @@ class TinyMoE(nn.Module):
             logits = self.forward(torch.tensor([[nxt]]), cache)
         return out
 
+    def weight_groups(self) -> dict[str, int]:
+        """Bytes of the weights by placement group, for device-memory accounting.
+
+        Tags: ``embed``, ``lm_head``, ``norm``, ``layers.{i}.attn`` (norms included),
+        ``layers.{i}.router``, ``layers.{i}.shared``, ``layers.{i}.expert.{e}`` (one routed
+        expert), and ``mtp`` (the whole MTP module). The values sum to all parameter bytes.
+        """
+
+        def nb(*ps: torch.Tensor | None) -> int:
+            return sum(p.numel() * p.element_size() for p in ps if p is not None)
+
+        groups: dict[str, int] = {
+            "embed": nb(self.embed),
+            "lm_head": nb(self.lm_head),
+            "norm": nb(self.norm.weight),
+        }
+        for i, blk in enumerate(self.layers):
+            assert isinstance(blk, Block)
+            a, m = blk.attn, blk.moe
+            groups[f"layers.{i}.attn"] = nb(a.wq, a.wk, a.wv, a.wo, blk.attn_norm.weight, blk.ffn_norm.weight)
+            groups[f"layers.{i}.router"] = nb(m.gate)
+            groups[f"layers.{i}.shared"] = nb(m.shared_gate_up, m.shared_down)
+            for e in range(m.n_experts):
+                groups[f"layers.{i}.expert.{e}"] = nb(m.experts_gate_up[e], m.experts_down[e])
+        if self.mtp is not None:
+            groups["mtp"] = sum(p.numel() * p.element_size() for p in self.mtp.parameters())
+        return groups
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
