@@ -1,0 +1,226 @@
+"""Browser tests: real Chromium (Debian's, through Playwright's ``executable_path``) against a real
+``labserver serve`` in a subprocess, so a test can restart the server on the same data folder.
+
+Run them in their own pytest invocation (``pytest tests/e2e``): after a Playwright sync test, async
+tests in the same process fail (see the browser-tests recipe). A missing Chromium fails the run."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+REPO = Path(__file__).resolve().parents[2]
+EVENT_CODE = "E2ECODE"
+INSTRUCTOR_TOKEN = "e2e-instructor-token"
+SCREENSHOTS = REPO / "docs" / "img"
+
+CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1, EXCLUDE localhost",  # no DNS: no CDN either
+]
+
+BROKEN_LAB_YAML = """\
+id: broken-lab
+title: "A broken lab"
+summary: "lab.yaml has a typo"
+duration_min: 10
+stepz: []
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """``labserver serve`` in a subprocess; ``restart()`` keeps the port and the data folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data_dir = root / "data"
+        self.labs_dir = root / "labs"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "LABSERVER_DATA_DIR": str(self.data_dir),
+            "LABSERVER_LABS_DIR": str(self.labs_dir),
+            "LABSERVER_WEB_DIR": str(REPO / "web"),
+            "LABSERVER_DEFAULT_EVENT_CODE": EVENT_CODE,
+            "LABSERVER_INSTRUCTOR_TOKEN": INSTRUCTOR_TOKEN,
+            "LABSERVER_BACKEND": "local",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "labserver.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=self.root,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.starts += 1
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"labserver serve exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"labserver serve did not answer /healthz in 60 s:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except FileNotFoundError:
+            return ""
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    root = tmp_path_factory.mktemp("e2e")
+    labs = root / "labs"
+    labs.mkdir()
+    shutil.copytree(
+        REPO / "labs" / "getting-started",
+        labs / "getting-started",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    # a lab that loads on the first start (so the default event lists it), then gets broken by an
+    # edit: after a restart the server must show it as unavailable instead of failing
+    shutil.copytree(labs / "getting-started", labs / "broken-lab")
+    spec = (labs / "broken-lab" / "lab.yaml").read_text()
+    (labs / "broken-lab" / "lab.yaml").write_text(spec.replace("id: getting-started", "id: broken-lab", 1))
+    srv = LiveServer(root)
+    srv.start()
+    (labs / "broken-lab" / "lab.yaml").write_text(BROKEN_LAB_YAML)
+    srv.restart()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def base_url(server: LiveServer) -> str:
+    return server.url
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict) -> dict:  # extends pytest-playwright's
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-dejavu-core", pytrace=False)
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict) -> dict:
+    return {**browser_context_args, "viewport": {"width": 1366, "height": 768}, "locale": "en-US"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def screenshots_dir() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+_names = iter(range(1, 10_000))
+
+
+def unique_name(prefix: str = "Tester") -> str:
+    return f"{prefix} {os.getpid()}-{next(_names)}"
+
+
+def join(page: Page, name: str | None = None, code: str = EVENT_CODE) -> str:
+    """Join through the join page; ends on the lab list."""
+    name = name or unique_name()
+    page.goto("/join")
+    page.fill("#event-code", code)
+    page.fill("#display-name", name)
+    page.click("#join-form button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/labs$"))
+    return name
+
+
+def open_lab(page: Page, lab: str = "getting-started", step: str = "") -> None:
+    page.goto(f"/labs/{lab}" + (f"?step={step}" if step else ""))
+    wait_terminal(page)
+
+
+def wait_terminal(page: Page) -> None:
+    expect(page.locator("body")).to_have_attribute("data-ws", "open", timeout=30_000)
+    expect(page.locator(".xterm-rows")).to_contain_text("$", timeout=30_000)
+
+
+BUFFER_JS = """() => { const b = term.buffer.active, out = [];
+  for (let i = 0; i < b.length; i++) out.push(b.getLine(i).translateToString(true));
+  return out.join('\\n'); }"""
+
+
+def terminal_text(page: Page) -> str:
+    return str(page.evaluate(BUFFER_JS))
+
+
+def run_in_terminal(page: Page, command: str) -> None:
+    page.locator(".xterm-helper-textarea").focus()
+    page.keyboard.type(command)
+    page.keyboard.press("Enter")
+
+
+def wait_terminal_line(page: Page, text: str, timeout: float = 20_000) -> None:
+    page.wait_for_function(
+        """(want) => { const b = term.buffer.active;
+          for (let i = 0; i < b.length; i++) if (b.getLine(i).translateToString(true).trim() === want) return true;
+          return false; }""",
+        arg=text,
+        timeout=timeout,
+    )
