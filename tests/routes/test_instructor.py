@@ -17,7 +17,7 @@ from labserver.models import Event
 from labserver.routes.instructor_stream import instructor_stream
 from tests.conftest import INSTRUCTOR_TOKEN, instructor_headers, join
 
-I = instructor_headers()
+INSTR = instructor_headers()
 LAB = "/api/v1/labs/getting-started"
 HELLO = "Hello, Ascend!\n你好，昇腾！\n"
 
@@ -62,7 +62,7 @@ def test_login_page_speaks_chinese(client: TestClient) -> None:
 def test_create_edit_close_archive_events(client: TestClient) -> None:
     resp = client.post(
         "/api/v1/events",
-        headers=I,
+        headers=INSTR,
         json={
             "title": "Hangzhou",
             "labs": ["getting-started"],
@@ -76,27 +76,27 @@ def test_create_edit_close_archive_events(client: TestClient) -> None:
     assert resp.status_code == 201, resp.text
     ev = resp.json()
     assert ev["code"] == "HZ2026" and ev["capacity"] == 2 and ev["starts_at"].startswith("2026-05-20T09:00")
-    second = client.post("/api/v1/events", headers=I, json={"title": "Second", "labs": []}).json()
-    assert {e["id"] for e in client.get("/api/v1/events", headers=I).json()} >= {ev["id"], second["id"]}
-    bad = client.post("/api/v1/events", headers=I, json={"title": "X", "labs": ["no-such-lab"]})
+    second = client.post("/api/v1/events", headers=INSTR, json={"title": "Second", "labs": []}).json()
+    assert {e["id"] for e in client.get("/api/v1/events", headers=INSTR).json()} >= {ev["id"], second["id"]}
+    bad = client.post("/api/v1/events", headers=INSTR, json={"title": "X", "labs": ["no-such-lab"]})
     assert bad.status_code == 400 and bad.json()["detail"]["field"] == "labs"
-    dup = client.patch(f"/api/v1/events/{second['id']}", headers=I, json={"code": "HZ2026"})
+    dup = client.patch(f"/api/v1/events/{second['id']}", headers=INSTR, json={"code": "HZ2026"})
     assert dup.status_code == 400 and dup.json()["detail"]["field"] == "code"
     edited = client.patch(
-        f"/api/v1/events/{ev['id']}", headers=I, json={"title": "Hangzhou day 1", "image": "x:1"}
+        f"/api/v1/events/{ev['id']}", headers=INSTR, json={"title": "Hangzhou day 1", "image": "x:1"}
     )
     assert edited.json()["title"] == "Hangzhou day 1" and edited.json()["image"] == "x:1"
     join(client, "Ada", code="HZ2026")
-    closed = client.post(f"/api/v1/events/{ev['id']}/status", headers=I, json={"status": "closed"}).json()
+    closed = client.post(f"/api/v1/events/{ev['id']}/status", headers=INSTR, json={"status": "closed"}).json()
     assert closed["status"] == "closed"
     refused = client.post("/api/v1/join", json={"event_code": "HZ2026", "name": "Bo"})
     assert refused.json()["code"] == "closed"
-    client.post(f"/api/v1/events/{ev['id']}/status", headers=I, json={"status": "open"})
+    client.post(f"/api/v1/events/{ev['id']}/status", headers=INSTR, json={"status": "open"})
     join(client, "Bo", code="HZ2026")
     full = client.post("/api/v1/join", json={"event_code": "HZ2026", "name": "Cy"})
     assert full.json()["code"] == "full"
-    client.post(f"/api/v1/events/{ev['id']}/status", headers=I, json={"status": "archived"})
-    assert client.get(f"/api/v1/events/{ev['id']}", headers=I).json()["status"] == "archived"
+    client.post(f"/api/v1/events/{ev['id']}/status", headers=INSTR, json={"status": "archived"})
+    assert client.get(f"/api/v1/events/{ev['id']}", headers=INSTR).json()["status"] == "archived"
 
 
 def test_event_form_pages_create_and_edit(client: TestClient) -> None:
@@ -125,9 +125,9 @@ def test_event_form_pages_create_and_edit(client: TestClient) -> None:
         f"/instructor/events/{event_id}/edit",
         data={"title": "Renamed", "labs": "getting-started", "code": "FORM22", "capacity": "5"},
     )
-    assert client.get(f"/api/v1/events/{event_id}", headers=I).json()["capacity"] == 5
+    assert client.get(f"/api/v1/events/{event_id}", headers=INSTR).json()["capacity"] == 5
     client.post(f"/instructor/events/{event_id}/status", data={"status": "closed"})
-    assert client.get(f"/api/v1/events/{event_id}", headers=I).json()["status"] == "closed"
+    assert client.get(f"/api/v1/events/{event_id}", headers=INSTR).json()["status"] == "closed"
 
 
 # -- grid and live deltas ---------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_grid_shows_each_attendee_step_and_a_real_check_turns_the_cell_passed(
     ada, bo = join(client, "Ada"), join(client, "Bo")
     client.post(f"{LAB}/steps/write-file/open", headers=ada)
     client.post(f"{LAB}/steps/find-device/open", headers=bo)
-    grid = client.get(f"/api/v1/events/{event.id}/progress", headers=I).json()
+    grid = client.get(f"/api/v1/events/{event.id}/progress", headers=INSTR).json()
     columns = [tuple(c) for c in grid["columns"]]
     col = columns.index(("getting-started", "write-file"))
     names = {a[0]: a[1] for a in grid["attendees"]}
@@ -149,10 +149,11 @@ def test_grid_shows_each_attendee_step_and_a_real_check_turns_the_cell_passed(
     client.put(f"{LAB}/files/notes/hello.txt", content=HELLO.encode(), headers=ada)
     assert client.post(f"{LAB}/steps/write-file/check", headers=ada).json()["status"] == "passed"
     cell = {
-        (c[0], c[1]): c for c in client.get(f"/api/v1/events/{event.id}/progress", headers=I).json()["cells"]
+        (c[0], c[1]): c
+        for c in client.get(f"/api/v1/events/{event.id}/progress", headers=INSTR).json()["cells"]
     }[(ada_id, col)]
     assert cell[2:4] == ["p", 2] and cell[5] is not None and cell[5] >= cell[4]
-    one = client.get(f"/api/v1/events/{event.id}/progress?attendee={ada_id}", headers=I).json()
+    one = client.get(f"/api/v1/events/{event.id}/progress?attendee={ada_id}", headers=INSTR).json()
     assert [a[1] for a in one["attendees"]] == ["Ada"]
 
 
@@ -218,11 +219,11 @@ def test_summary_funnel_and_stuck(client: TestClient, event: Event) -> None:
     ada = join(client, "Ada")
     for _ in range(3):
         client.post(f"{LAB}/steps/write-file/check", headers=ada)
-    data = client.get(f"/api/v1/events/{event.id}/summary", headers=I).json()
+    data = client.get(f"/api/v1/events/{event.id}/summary", headers=INSTR).json()
     step = next(s for s in data["steps"] if s["step"] == "write-file")
     assert step["failing"] == 1 and step["not-started"] == 0 and step["reached"] == 0
     assert data["stuck"][0]["name"] == "Ada" and data["stuck"][0]["reasons"] == ["failing"]
-    assert client.get(f"/api/v1/events/{event.id}/stuck", headers=I).json()[0]["failures_in_a_row"] == 3
+    assert client.get(f"/api/v1/events/{event.id}/stuck", headers=INSTR).json()[0]["failures_in_a_row"] == 3
 
 
 # -- help -------------------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ def test_help_queue_claim_and_resolve_reach_the_attendee(
     client.post(
         "/api/v1/help", headers=ada, json={"lab": "getting-started", "step": "write-file", "note": "stuck!"}
     )
-    queue = client.get(f"/api/v1/events/{event.id}/help", headers=I).json()
+    queue = client.get(f"/api/v1/events/{event.id}/help", headers=INSTR).json()
     assert [(h["name"], h["step"], h["note"], h["state"]) for h in queue] == [
         ("Ada", "write-file", "stuck!", "open")
     ]
@@ -243,17 +244,17 @@ def test_help_queue_claim_and_resolve_reach_the_attendee(
 
     async def scenario() -> list[str]:
         sub = ctx.live.subscribe(event.id, attendee_id)  # the attendee's own stream
-        claimed = client.post(f"/api/v1/events/{event.id}/help/{queue[0]['id']}/claim", headers=I)
+        claimed = client.post(f"/api/v1/events/{event.id}/help/{queue[0]['id']}/claim", headers=INSTR)
         assert claimed.json()["claimed_by"] == "instructor"
-        client.post(f"/api/v1/events/{event.id}/help/{queue[0]['id']}/resolve", headers=I)
+        client.post(f"/api/v1/events/{event.id}/help/{queue[0]['id']}/resolve", headers=INSTR)
         kinds = [(await sub.get()).kind for _ in range(2)]
         sub.close()
         return kinds
 
     assert asyncio.run(scenario()) == ["help.claimed", "help.resolved"]
-    assert client.get(f"/api/v1/events/{event.id}/help", headers=I).json() == []
+    assert client.get(f"/api/v1/events/{event.id}/help", headers=INSTR).json() == []
     assert client.get("/api/v1/help", headers=ada).json() is None
-    again = client.post(f"/api/v1/events/{event.id}/help/{queue[0]['id']}/resolve", headers=I)
+    again = client.post(f"/api/v1/events/{event.id}/help/{queue[0]['id']}/resolve", headers=INSTR)
     assert again.status_code == 409
 
 
@@ -261,16 +262,18 @@ def test_help_queue_claim_and_resolve_reach_the_attendee(
 def test_pacing_locks_steps_for_the_room_until_advanced(client: TestClient, event: Event) -> None:
     ada = join(client, "Ada")
     resp = client.put(
-        f"/api/v1/events/{event.id}/pace", headers=I, json={"lab": "getting-started", "unlocked": 2}
+        f"/api/v1/events/{event.id}/pace", headers=INSTR, json={"lab": "getting-started", "unlocked": 2}
     )
     assert resp.json()["pace"] == {"getting-started": 2}
     steps = client.get(LAB, headers=ada).json()["steps"]
     assert [s["locked"] for s in steps] == [False, False, True, True, True]
     assert client.post(f"{LAB}/steps/write-file/check", headers=ada).status_code == 423
-    client.put(f"/api/v1/events/{event.id}/pace", headers=I, json={"lab": "getting-started", "unlocked": 3})
+    client.put(
+        f"/api/v1/events/{event.id}/pace", headers=INSTR, json={"lab": "getting-started", "unlocked": 3}
+    )
     assert client.post(f"{LAB}/steps/write-file/check", headers=ada).status_code == 200
     client.put(
-        f"/api/v1/events/{event.id}/pace", headers=I, json={"lab": "getting-started", "unlocked": None}
+        f"/api/v1/events/{event.id}/pace", headers=INSTR, json={"lab": "getting-started", "unlocked": None}
     )
     assert not any(s["locked"] for s in client.get(LAB, headers=ada).json()["steps"])
 
@@ -283,7 +286,9 @@ def test_broadcast_is_stored_and_published_to_every_attendee(
 
     async def scenario() -> dict:
         sub = ctx.live.subscribe(event.id, 12345)  # any attendee's stream sees event-wide news
-        client.post(f"/api/v1/events/{event.id}/announcements", headers=I, json={"message": "Break: 10 min"})
+        client.post(
+            f"/api/v1/events/{event.id}/announcements", headers=INSTR, json={"message": "Break: 10 min"}
+        )
         ev = await sub.get()
         sub.close()
         return {"kind": ev.kind, **ev.data}
@@ -291,7 +296,7 @@ def test_broadcast_is_stored_and_published_to_every_attendee(
     got = asyncio.run(scenario())
     assert got["kind"] == "announcement" and got["message"] == "Break: 10 min"
     assert client.get("/api/v1/announcements", headers=ada).json()[0]["message"] == "Break: 10 min"
-    empty = client.post(f"/api/v1/events/{event.id}/announcements", headers=I, json={"message": "  "})
+    empty = client.post(f"/api/v1/events/{event.id}/announcements", headers=INSTR, json={"message": "  "})
     assert empty.status_code == 400
 
 
@@ -301,14 +306,14 @@ def test_export_csv_and_json(client: TestClient, event: Event) -> None:
     join(client, "Bo")
     client.put(f"{LAB}/files/notes/hello.txt", content=HELLO.encode(), headers=ada)
     client.post(f"{LAB}/steps/write-file/check", headers=ada)
-    text = client.get(f"/api/v1/events/{event.id}/export.csv", headers=I).text
+    text = client.get(f"/api/v1/events/{event.id}/export.csv", headers=INSTR).text
     rows = list(csv.DictReader(io.StringIO(text)))
     assert len(rows) == 2 * 5
     mine = next(r for r in rows if r["attendee"] == "Ada" and r["step"] == "write-file")
     assert mine["status"] == "passed" and mine["attempts"] == "1" and mine["passed_at"]
-    data = client.get(f"/api/v1/events/{event.id}/export.json", headers=I).json()
+    data = client.get(f"/api/v1/events/{event.id}/export.json", headers=INSTR).json()
     assert data["event"]["code"] == event.code and len(data["results"]) == 10
-    svg = client.get(f"/api/v1/events/{event.id}/completion.svg?lab=getting-started", headers=I).text
+    svg = client.get(f"/api/v1/events/{event.id}/completion.svg?lab=getting-started", headers=INSTR).text
     assert svg.startswith("<svg") and svg.count("<polyline") == 5
 
 
@@ -317,7 +322,7 @@ def test_drill_down_history_reveal_reset_recreate(app: FastAPI, client: TestClie
     ada = join(client, "Ada")
     client.post(f"{LAB}/steps/write-file/check", headers=ada)
     aid = client.get("/api/v1/me", headers=ada).json()["attendee"]["id"]
-    detail = client.get(f"/api/v1/events/{event.id}/attendees/{aid}", headers=I).json()
+    detail = client.get(f"/api/v1/events/{event.id}/attendees/{aid}", headers=INSTR).json()
     run = detail["runs"][0]
     assert run["status"] == "failed" and "hello.txt" in run["message"] and "log" in run
     env = detail["environment"]
@@ -327,21 +332,23 @@ def test_drill_down_history_reveal_reset_recreate(app: FastAPI, client: TestClie
 
     revealed = client.post(
         f"/api/v1/events/{event.id}/attendees/{aid}/reveal",
-        headers=I,
+        headers=INSTR,
         json={"lab": "getting-started", "step": "write-file"},
     ).json()
     assert revealed["files"] == ["getting-started/.solution/notes/hello.txt"]
     assert (workspace / ".solution/notes/hello.txt").read_text() == HELLO
 
     (workspace / "rmsnorm.py").write_text("# my broken work\n")
-    reset = client.post(f"/api/v1/environments/{env['id']}/reset", headers=I, json={"lab": "getting-started"})
+    reset = client.post(
+        f"/api/v1/environments/{env['id']}/reset", headers=INSTR, json={"lab": "getting-started"}
+    )
     assert reset.status_code == 200, reset.text
     assert "my broken work" not in (workspace / "rmsnorm.py").read_text()
 
     (workspace / "scratch.txt").write_text("x")
-    assert client.post(f"/api/v1/environments/{env['id']}/restart", headers=I).json()["state"] == "ready"
+    assert client.post(f"/api/v1/environments/{env['id']}/restart", headers=INSTR).json()["state"] == "ready"
     assert (workspace / "scratch.txt").exists()  # restart keeps the workspace
-    assert client.post(f"/api/v1/environments/{env['id']}/recreate", headers=I).json()["state"] == "ready"
+    assert client.post(f"/api/v1/environments/{env['id']}/recreate", headers=INSTR).json()["state"] == "ready"
     assert not (workspace / "scratch.txt").exists() and (workspace / "rmsnorm.py").exists()
 
 
