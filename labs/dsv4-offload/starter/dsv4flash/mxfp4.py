@@ -1,0 +1,82 @@
+"""MXFP4 as the DeepSeek-V4 checkpoint stores it, the GGUF block the CPU kernel reads, and Q8_0.
+
+MXFP4 (OCP MX v1.0): blocks of 32 E2M1 codes sharing one E8M0 scale (bias 127, a power of two).
+E2M1 code = sign bit (bit 3) + 3 magnitude bits: ``[0, .5, 1, 1.5, 2, 3, 4, 6]``.
+Quantisation follows CANN ``DynamicMxQuant`` (scaleAlg 0): ``shared_exp = floor(log2(amax)) - 2``,
+codes = ``rint(v / 2**shared_exp)`` on the E2M1 grid, saturating at 6.
+
+Two byte layouts of the same codes (two codes per byte):
+
+- **consecutive** (the checkpoint, CRI ``module/quantization/mxfp4.py``): byte ``i`` of a row holds
+  element ``2i`` in its low nibble and ``2i+1`` in its high nibble;
+- **GGUF half-block** (llama.cpp ``block_mxfp4 {uint8 e; uint8 qs[16]}``, 17 bytes per 32 values):
+  ``qs[j]`` holds element ``j`` in its low nibble and element ``j+16`` in its high nibble.
+
+Q8_0 (the activations of ``ggml_vec_dot_mxfp4_q8_0``): int8 codes and one fp16 scale
+``d = amax / 127`` per 32 values.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 32
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+_MIDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+_TIE_UP = torch.tensor([False, True, False, True, False, True, False])  # rint: ties go to the even code
+#: bytes of one MXFP4 value (16 B of codes + 1 B of scale per 32 values)
+BYTES_PER_VALUE = 17 / 32
+
+
+def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w [..., K]`` (K a multiple of 32) -> (codes uint8 ``[..., K]`` in 0..15, E8M0 scales uint8 ``[..., K/32]``)."""
+    if w.shape[-1] % BLOCK:
+        raise ValueError(f"last dimension {w.shape[-1]} is not a multiple of {BLOCK}")
+    blocks = w.float().reshape(*w.shape[:-1], -1, BLOCK)
+    amax = blocks.abs().amax(-1, keepdim=True).clamp_min(2.0**-126)
+    shared = torch.floor(torch.log2(amax)) - 2
+    scaled = (blocks / torch.exp2(shared)).abs().clamp_max(6.0)
+    mag = torch.bucketize(scaled, _MIDS)  # ties land on the lower code
+    tie = (mag < len(_MIDS)) & (scaled == _MIDS[mag.clamp_max(len(_MIDS) - 1)])
+    mag = mag + (tie & _TIE_UP[mag.clamp_max(len(_MIDS) - 1)]).long()
+    codes = (mag | ((blocks < 0).long() << 3)).to(torch.uint8).reshape(w.shape)
+    scales = (shared + 127).to(torch.uint8).squeeze(-1)
+    return codes, scales
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Unpacked codes ``[..., K]`` + scales ``[..., K/32]`` -> float32 values ``[..., K]``."""
+    vals = E2M1[codes.long()].reshape(*codes.shape[:-1], -1, BLOCK)
+    return (vals * torch.exp2(scales.float() - 127).unsqueeze(-1)).reshape(codes.shape)
+
+
+def pack_consecutive(codes: torch.Tensor) -> torch.Tensor:
+    """Codes ``[..., K]`` -> bytes ``[..., K/2]``: low nibble = even index (the checkpoint layout)."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+
+
+def unpack_consecutive(packed: torch.Tensor) -> torch.Tensor:
+    """Bytes ``[..., K/2]`` in the checkpoint layout -> codes ``[..., K]``."""
+    out = torch.stack((packed & 0x0F, (packed >> 4) & 0x0F), dim=-1)
+    return out.reshape(*packed.shape[:-1], -1)
+
+
+def unpack_gguf(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """GGUF ``block_mxfp4`` rows ``[..., K/32, 17]`` -> (codes ``[..., K]``, scales ``[..., K/32]``)."""
+    e = blocks[..., 0]
+    qs = blocks[..., 1:]
+    codes = torch.cat((qs & 0x0F, (qs >> 4) & 0x0F), dim=-1)  # elements 0..15 then 16..31
+    return codes.reshape(*blocks.shape[:-2], -1), e
+
+
+def quantize_q8_0(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Activations ``[..., K]`` -> (int8 ``[..., K]``, fp16 scales ``[..., K/32]``), as ggml's Q8_0."""
+    blocks = x.float().reshape(*x.shape[:-1], -1, BLOCK)
+    d = (blocks.abs().amax(-1, keepdim=True) / 127).half()
+    inv = torch.where(d.float() > 0, 1.0 / d.float(), torch.zeros_like(d.float()))
+    q = torch.round(blocks * inv).clamp(-127, 127).to(torch.int8)
+    return q.reshape(x.shape), d.squeeze(-1)
+
+
+def dequantize_q8_0(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    return (q.float().reshape(*q.shape[:-1], -1, BLOCK) * d.float().unsqueeze(-1)).reshape(q.shape)

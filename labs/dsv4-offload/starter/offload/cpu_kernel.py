@@ -1,0 +1,81 @@
+"""The CPU side of the offload: the host expert pool and the MXFP4 x Q8_0 expert kernel.
+
+As in the recipe (kt-kernel, LLAMAFILE backend), the cold experts stay in host DRAM in their
+native MXFP4, repacked once at load time from the checkpoint's layout to the GGUF
+``block_mxfp4`` layout llama.cpp's ``ggml_vec_dot_mxfp4_q8_0`` reads. The repack moves bytes
+only, so it is bit-exact: the E8M0 scale byte is copied, each 4-bit code keeps its value.
+
+Checkpoint ("consecutive"): byte ``i`` of a 32-block = element ``2i`` (low) | ``2i+1`` (high).
+GGUF ("half-block"):       ``qs[j]`` of a 32-block  = element ``j``  (low) | ``j+16`` (high),
+preceded by the block's E8M0 byte: 17 bytes per block.
+
+The kernel quantises activations to Q8_0 (int8 + fp16 scale per 32) and computes each token as
+a GEMV: the expert's weights are streamed from DRAM once per token, which is why the CPU side is
+memory-bound (arithmetic intensity ~3.8 OP/B against a ridge of ~33) and why its time is
+``cold slots x expert bytes / DRAM bandwidth``.
+"""
+
+from __future__ import annotations
+
+import torch
+from labkit import emu
+
+from dsv4flash import mxfp4
+from dsv4flash.model import Checkpoint
+
+
+def repack_mxfp4_to_gguf(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Checkpoint MXFP4 -> GGUF ``block_mxfp4`` rows.
+
+    ``blocks``: uint8 ``[..., K/2]`` (consecutive nibbles), ``scales``: uint8 ``[..., K/32]``.
+    Returns uint8 ``[..., K/32, 17]``: byte 0 = the E8M0 scale, bytes 1..16 = ``qs`` with
+    element ``j`` in the low nibble and element ``j+16`` in the high nibble of ``qs[j]``.
+    """
+    lo = blocks & 0x0F  # elements 0, 2, 4, ... of the row
+    hi = (blocks >> 4) & 0x0F  # elements 1, 3, 5, ...
+    codes = torch.stack((lo, hi), dim=-1).reshape(*blocks.shape[:-1], -1, mxfp4.BLOCK)
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    return torch.cat((scales.unsqueeze(-1), qs), dim=-1).to(torch.uint8)
+
+
+class CpuExperts:
+    """Every routed expert of every layer in host DRAM (GGUF MXFP4), and the kernel that runs them."""
+
+    def __init__(self, ckpt: Checkpoint):
+        self.cfg = ckpt.cfg
+        self.gate_up: list[torch.Tensor] = []
+        self.down: list[torch.Tensor] = []
+        for layer in range(self.cfg.n_layers):
+            self.gate_up.append(repack_mxfp4_to_gguf(*ckpt.expert_codes(layer, "gate_up")))
+            self.down.append(repack_mxfp4_to_gguf(*ckpt.expert_codes(layer, "down")))
+        d, i = self.cfg.d_model, self.cfg.moe_inter
+        #: bytes of one expert in MXFP4 (what one token's GEMV streams from DRAM)
+        self.expert_bytes = (2 * i * d + d * i) * 17 // 32
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() for t in self.gate_up + self.down)
+
+    def weights(self, layer: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Float32 weights of expert ``e`` as the kernel sees them (decoded from the GGUF blocks)."""
+        return (
+            mxfp4.dequantize(*mxfp4.unpack_gguf(self.gate_up[layer][e])),
+            mxfp4.dequantize(*mxfp4.unpack_gguf(self.down[layer][e])),
+        )
+
+    def expert(self, layer: int, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` of ``layer`` on host activations ``x [n, D]`` -> ``[n, D]`` (MXFP4 x Q8_0)."""
+        w_gu, w_d = self.weights(layer, e)
+        h = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(x)) @ w_gu.T
+        g, u = h.chunk(2, dim=-1)
+        a = torch.nn.functional.silu(g) * u
+        y = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(a)) @ w_d.T
+        n = x.shape[0]
+        session = emu.current()
+        if session is not None:  # a GEMV per token: the weights stream from DRAM n times
+            session.host_compute(
+                "cpu_expert_mxfp4_q8_0",
+                flops=2.0 * n * (w_gu.numel() + w_d.numel()),
+                bytes=float(n * self.expert_bytes + x.numel() * 2 + y.numel() * 4),
+            )
+        return y
