@@ -380,6 +380,7 @@
       const resp = await fetch('/api/v1/events/' + eventId + '/completion.svg?lab=' + encodeURIComponent(lab), { credentials: 'same-origin' });
       if (resp.ok) $('#chart').innerHTML = await resp.text();
     }
+    const chartSoon = throttle(() => loadChart().catch(() => {}), 5000);
     if ($('#chart-lab')) $('#chart-lab').addEventListener('change', loadChart);
     if ($('#chart-refresh')) $('#chart-refresh').addEventListener('click', loadChart);
 
@@ -407,6 +408,7 @@
         if (!setCell(a, col, st, n, t0, t1)) { fetchRow(a); return; }
         funnelSoon();
         loadStuckSoon();
+        if (st === 'p') chartSoon();
       });
       es.addEventListener('run', (m) => {
         const d = JSON.parse(m.data);
