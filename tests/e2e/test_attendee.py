@@ -307,3 +307,22 @@ def test_raise_hand_then_someone_is_coming_and_announcements(page: Page, context
 
     page.click("#help-button")  # lower the hand
     expect(page.locator("#help-status")).to_be_hidden()
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (2560, 1440)])
+def test_lab_page_layout_fits_the_screen(page: Page, size: tuple[int, int]) -> None:
+    width, height = size
+    page.set_viewport_size({"width": width, "height": height})
+    join(page)
+    open_lab(page)
+    instructions = page.locator(".instructions").bounding_box()
+    workbench = page.locator(".workbench").bounding_box()
+    check_button = page.locator("#check-button").bounding_box()
+    assert instructions and workbench and check_button
+    assert instructions["x"] == 0 and workbench["x"] >= instructions["x"] + instructions["width"] - 1
+    assert workbench["x"] + workbench["width"] <= width + 1  # no horizontal overflow
+    assert check_button["y"] + check_button["height"] <= height  # Check is visible without scrolling
+    assert page.evaluate("() => document.documentElement.scrollHeight") <= height
+    assert page.evaluate("() => term.rows") >= 20
+    if width > 2000:
+        page.screenshot(path=str(SCREENSHOTS / "attendee-lab-wide.png"))

@@ -141,6 +141,7 @@ dialog.addEventListener('close', async () => {
     box.textContent = t('reset_done', { path: result.backup });
     box.hidden = false;
     box.dataset.backup = result.backup;
+    box.onclick = () => { box.hidden = true; };
     await editor.forgetAll();
   } catch (err) {
     toast(`${t('reset_failed')}: ${err.message}`, { kind: 'error' });

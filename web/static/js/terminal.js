@@ -17,6 +17,7 @@ export class LabTerminal {
     this.retry = 0;
     this.closing = false;
     this.encoder = new TextEncoder();
+    this.pending = [];  // commands from "Run in terminal" while the socket is down
     this.term = new Terminal({
       cursorBlink: false,
       convertEol: false,
@@ -65,6 +66,7 @@ export class LabTerminal {
       this.term.reset();  // the server replays the shell's recent output next
       this.setState('open', t('term_connected'));
       this.sendControl({ resize: [this.term.cols, this.term.rows] });
+      for (const text of this.pending.splice(0)) this.send(text);
     };
     ws.onmessage = (e) => {
       if (typeof e.data === 'string') this.term.write(e.data);
@@ -93,7 +95,9 @@ export class LabTerminal {
 
   /** Type a command into the shell and press Enter (the "Run in terminal" buttons). */
   run(command) {
-    this.send(command.replace(/\r?\n/g, '\r') + '\r');
+    const text = command.replace(/\r?\n/g, '\r') + '\r';
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.send(text);
+    else this.pending.push(text);
     this.term.focus();
   }
 
