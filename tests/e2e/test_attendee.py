@@ -4,6 +4,7 @@ reconnect, language, raise hand, announcements, reset. Screenshots go to docs/im
 from __future__ import annotations
 
 import re
+import zipfile
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
@@ -264,6 +265,15 @@ def test_run_in_terminal_button_and_reset_with_backup(page: Page) -> None:
     check(page, "write-file", "passed")
     show_editor(page)
     expect(page.locator('#file-tree button.file[data-path="notes/hello.txt"]')).to_be_visible()
+
+    with page.expect_download() as download_info:
+        page.click("#download-lab")
+    download = download_info.value
+    assert download.suggested_filename == "getting-started.zip"
+    with zipfile.ZipFile(download.path()) as archive:
+        names = archive.namelist()
+        assert "getting-started/notes/hello.txt" in names, names
+        assert archive.read("getting-started/notes/hello.txt").decode() == "Hello, Ascend!\n你好，昇腾！\n"
 
     page.click("#reset-lab")
     expect(page.locator("#reset-dialog")).to_be_visible()

@@ -149,9 +149,27 @@ dialog.addEventListener('close', async () => {
 });
 
 // ---- live updates --------------------------------------------------------------------------
+const termStatus = document.getElementById('term-status');
 window.addEventListener('live:env.state', (e) => {
-  if (e.detail.state === 'failed') toast(`${t('env_failed')}: ${e.detail.message}`, { kind: 'error', ms: 0 });
+  const { state, message } = e.detail;
+  if (state === 'failed') toast(`${t('env_failed')}: ${message}`, { kind: 'error', ms: 0 });
+  else if (state !== 'ready' && message && document.body.dataset.ws !== 'open') termStatus.textContent = message;
 });
-window.addEventListener('live:lab.reset', (e) => { if (e.detail.lab === labId) editor.loadTree(); });
+window.addEventListener('live:env.progress', (e) => {
+  if (document.body.dataset.ws !== 'open' && e.detail.message) termStatus.textContent = e.detail.message;
+});
+// a reset from elsewhere (the instructor, another tab): say where the old files went; buffers with
+// unsaved text stay, and saving them meets the 409 conflict instead of silently overwriting
+window.addEventListener('live:lab.reset', (e) => {
+  if (e.detail.lab !== labId) return;
+  const box = document.getElementById('reset-result');
+  if (e.detail.backup && box.dataset.backup !== e.detail.backup) {
+    box.textContent = t('reset_done', { path: e.detail.backup });
+    box.dataset.backup = e.detail.backup;
+    box.hidden = false;
+    box.onclick = () => { box.hidden = true; };
+  }
+  if (editor.dirtyPaths().length) editor.loadTree(); else editor.forgetAll();
+});
 connectLive();
 showTab('terminal');
