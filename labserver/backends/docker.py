@@ -149,29 +149,55 @@ class DockerBackend:
             out.append(self._nodes[n.name])
         return out
 
-    async def usage(self) -> Usage:
-        usage = Usage()
+    def _engines(self) -> list[str]:
+        """One node name per distinct engine URL (several nodes may share an engine)."""
+        seen: dict[str, str] = {}
         for n in self._configured:
+            seen.setdefault(n.url, n.name)
+        return list(seen.values())
+
+    def _node_of(self, container: Any, default: str) -> str | None:
+        """The node a container was placed on (its label); None when the label names a node this
+        server does not know (another configuration sharing the engine: not ours to count)."""
+        label = container.labels.get("labserver.node", "")
+        if not label:
+            return default
+        return label if any(n.name == label for n in self._configured) else None
+
+    async def _list(self, label: str) -> list[tuple[Any, str]]:
+        """Containers carrying ``label`` on every reachable engine, with their node names."""
+        out: list[tuple[Any, str]] = []
+        for engine in self._engines():
             try:
                 containers = await self._run(
-                    self.client(n.name).containers.list, all=True, filters={"label": dc.LABEL_ROLE}
+                    self.client(engine).containers.list, all=True, filters={"label": label}
                 )
             except (docker.errors.DockerException, *ENGINE_ERRORS):
                 continue
             for c in containers:
-                lab = c.labels
-                if lab.get(dc.LABEL_ROLE) not in ("env", "warm"):
-                    continue
-                card = lab.get("labserver.card")
-                usage.envs.append(
-                    Running(
-                        lab.get(dc.LABEL_ENV, c.name),
-                        n.name,
-                        float(lab.get("labserver.cpus", 1)),
-                        int(lab.get("labserver.memory_mb", 0)),
-                        int(card) if card is not None else None,
-                    )
+                node = self._node_of(c, engine)
+                if node is not None:
+                    out.append((c, node))
+        return out
+
+    async def usage(self) -> Usage:
+        """What every labserver container on the engines holds (all instances: cards are never
+        shared, even between two servers on one engine)."""
+        usage = Usage()
+        for c, node in await self._list(dc.LABEL_ROLE):
+            lab = c.labels
+            if lab.get(dc.LABEL_ROLE) not in ("env", "warm"):
+                continue
+            card = lab.get("labserver.card")
+            usage.envs.append(
+                Running(
+                    lab.get(dc.LABEL_ENV, c.name),
+                    node,
+                    float(lab.get("labserver.cpus", 1)),
+                    int(lab.get("labserver.memory_mb", 0)),
+                    int(card) if card is not None else None,
                 )
+            )
         return usage
 
     def _lock(self, env_id: str) -> asyncio.Lock:
@@ -213,15 +239,14 @@ class DockerBackend:
         return Placement(self.node(ref.node), ref.data.get("card"))
 
     async def _find(self, env_id: str) -> tuple[Any, str] | None:
-        """The container of ``env_id`` on any reachable node (by its deterministic name)."""
+        """The container of ``env_id`` on any reachable engine (by its deterministic name)."""
         name = dc.container_name(env_id, self.prefix)
-        for n in self._configured:
+        for engine in self._engines():
             try:
-                return await self._run(self.client(n.name).containers.get, name), n.name
-            except docker.errors.NotFound:
-                continue
+                container = await self._run(self.client(engine).containers.get, name)
             except (docker.errors.DockerException, *ENGINE_ERRORS):
                 continue
+            return container, self._node_of(container, engine) or engine
         return None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -391,19 +416,10 @@ class DockerBackend:
 
     async def discover(self) -> list[EnvRef]:
         refs = []
-        for n in self._configured:
-            try:
-                containers = await self._run(
-                    self.client(n.name).containers.list,
-                    all=True,
-                    filters={"label": f"{dc.LABEL_INSTANCE}={self.prefix}"},
-                )
-            except (docker.errors.DockerException, *ENGINE_ERRORS):
-                continue
-            for c in containers:
-                role = c.labels.get(dc.LABEL_ROLE)
-                if role == "env" or (role == "warm" and dc.env_id_from_name(c.name, self.prefix)):
-                    refs.append(self._ref(c, n.name))
+        for c, node in await self._list(f"{dc.LABEL_INSTANCE}={self.prefix}"):
+            role = c.labels.get(dc.LABEL_ROLE)
+            if role == "env" or (role == "warm" and dc.env_id_from_name(c.name, self.prefix)):
+                refs.append(self._ref(c, node))
         return sorted(refs, key=lambda r: r.env_id)
 
     # -- processes ---------------------------------------------------------------------------

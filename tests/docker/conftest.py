@@ -48,8 +48,9 @@ def docker_settings(tmp_path, cpu_emu_image: str):  # type: ignore[no-untyped-de
 
 
 @pytest.fixture
-def make_spec(tmp_path, cpu_emu_image: str):  # type: ignore[no-untyped-def]
-    """EnvSpec factory with unique env ids (cleaned up by ``docker_backend``) and a small starter."""
+def make_spec(tmp_path, cpu_emu_image: str, docker_client):  # type: ignore[no-untyped-def]
+    """EnvSpec factory with unique env ids and a small starter; every container and volume whose
+    name carries this test's run id is removed afterwards."""
     import uuid
 
     from labserver.backends.base import EnvSpec, LabSeed
@@ -75,7 +76,8 @@ def make_spec(tmp_path, cpu_emu_image: str):  # type: ignore[no-untyped-def]
         return EnvSpec(**kw)
 
     make.run = run  # type: ignore[attr-defined]
-    return make
+    yield make
+    cleanup(docker_client, run)
 
 
 @pytest.fixture
@@ -86,7 +88,6 @@ def docker_backend(docker_settings, make_spec, docker_client):  # type: ignore[n
 
     backend = DockerBackend(docker_settings)
     yield backend
-    cleanup(docker_client, make_spec.run)
     asyncio.run(backend.aclose())
 
 
@@ -98,3 +99,15 @@ def cleanup(client: docker.DockerClient, run: str) -> None:
     for v in client.volumes.list(filters={"label": "labserver.env_id"}):
         if run in v.name:
             v.remove(force=True)
+
+
+@pytest.fixture(scope="session")
+def engine2(cpu_emu_image: str):  # type: ignore[no-untyped-def]
+    """URL of a second real Docker engine (started for the session) holding the lab image."""
+    from tests.docker import engine2 as e2
+
+    try:
+        with e2.second_engine([cpu_emu_image, f"{images.CPU_EMU_REPO}:{images.STABLE_TAG}"]) as url:
+            yield url
+    except RuntimeError as exc:
+        pytest.fail(f"could not start a second Docker engine: {exc}", pytrace=False)
