@@ -197,13 +197,15 @@ def _call(argv: list[str]) -> None:
     lab_dir, file, func, spec_path, result_path, memory_mb, cpu_s, parent_pid = argv
     apply_limits(int(memory_mb), int(cpu_s), int(parent_pid))
     lab_dir = os.path.realpath(lab_dir)
-    sys.path[:] = [lab_dir] + [p for p in sys.path if p not in ("", ".", lab_dir)]
-    sys.argv = [file]
+    # torch first, with the lab folder not yet on sys.path: an attendee file named like one of
+    # torch's own imports (numpy.py, typing_extensions.py) must not break the bootstrap.
     import torch
 
     spec = torch.load(spec_path, weights_only=False)  # written by the checker: trusted
     with contextlib.suppress(OSError):
         os.unlink(spec_path)
+    sys.path[:] = [lab_dir] + [p for p in sys.path if p not in ("", ".", lab_dir)]
+    sys.argv = [file]
     phase = "import"
     try:
         target: Any = _import_attendee(lab_dir, file)

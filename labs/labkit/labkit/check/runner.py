@@ -268,6 +268,7 @@ def run_function(
         torch.save({"args": tuple(args), "kwargs": dict(kwargs)}, spec_path)
         argv = [
             sys.executable,
+            "-P",  # no cwd on sys.path: files in the lab folder cannot shadow the bootstrap's imports
             "-c",
             _CHILD_SOURCE,
             "call",
@@ -338,6 +339,7 @@ def run_script(
         command[0] = sys.executable
     wrapper = [
         sys.executable,
+        "-P",
         "-c",
         _CHILD_SOURCE,
         "exec",
