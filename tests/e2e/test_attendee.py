@@ -334,5 +334,24 @@ def test_lab_page_layout_fits_the_screen(page: Page, size: tuple[int, int]) -> N
     assert check_button["y"] + check_button["height"] <= height  # Check is visible without scrolling
     assert page.evaluate("() => document.documentElement.scrollHeight") <= height
     assert page.evaluate("() => term.rows") >= 20
-    if width > 2000:
+    editor_panel, terminal_panel = page.locator("#panel-editor"), page.locator("#panel-terminal")
+    if width > 2000:  # wide screens show the editor above the terminal
+        expect(page.locator("#split-toggle")).to_have_attribute("aria-pressed", "true")
+        expect(editor_panel).to_be_visible()
+        expect(terminal_panel).to_be_visible()
+        page.click('#file-tree button.file[data-path="rmsnorm.py"]')
+        expect(page.locator("#editor-path")).to_have_text("rmsnorm.py")
         page.screenshot(path=str(SCREENSHOTS / "attendee-lab-wide.png"))
+        page.click("#split-toggle")
+        expect(editor_panel).to_be_hidden()
+        expect(terminal_panel).to_be_visible()
+    else:  # tabs at 1366x768; split view on request
+        expect(page.locator("#split-toggle")).to_have_attribute("aria-pressed", "false")
+        expect(editor_panel).to_be_hidden()
+        rows_alone = page.evaluate("() => term.rows")
+        page.click("#split-toggle")
+        expect(editor_panel).to_be_visible()
+        expect(terminal_panel).to_be_visible()
+        page.wait_for_function("(rows) => term.rows < rows", arg=rows_alone)  # the terminal refits
+        page.click("#split-toggle")
+        expect(editor_panel).to_be_hidden()

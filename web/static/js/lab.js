@@ -15,16 +15,31 @@ const stepIds = config.steps.map((s) => s.id);
 const tabs = { terminal: document.getElementById('tab-terminal'), editor: document.getElementById('tab-editor') };
 const panels = { terminal: document.getElementById('panel-terminal'), editor: document.getElementById('panel-editor') };
 
+// Split view (editor above the terminal) is the default on wide screens; the choice is remembered.
+const SPLIT_KEY = 'labserver.split';
+const splitToggle = document.getElementById('split-toggle');
+let split = (localStorage.getItem(SPLIT_KEY) ?? (window.innerWidth >= 1800 && window.innerHeight >= 900 ? '1' : '0')) === '1';
+
 function showTab(name) {
   for (const [key, tab] of Object.entries(tabs)) {
     tab.setAttribute('aria-selected', String(key === name));
-    panels[key].hidden = key !== name;
+    panels[key].hidden = !split && key !== name;
   }
   document.body.dataset.tab = name;
   if (name === 'terminal') { terminal.refit(); terminal.focus(); } else { editor.shown(); }
 }
+
+function setSplit(on) {
+  split = on;
+  document.body.classList.toggle('split', on);
+  splitToggle.setAttribute('aria-pressed', String(on));
+  localStorage.setItem(SPLIT_KEY, on ? '1' : '0');
+  showTab(document.body.dataset.tab || 'terminal');
+  if (on) { editor.cm.refresh(); terminal.refit(); }
+}
 tabs.terminal.addEventListener('click', () => showTab('terminal'));
 tabs.editor.addEventListener('click', () => showTab('editor'));
+splitToggle.addEventListener('click', () => setSplit(!split));
 
 const terminal = new LabTerminal(document.getElementById('terminal'), labId, document.getElementById('term-status'));
 const editor = new LabEditor(document.getElementById('panel-editor'), labId);
@@ -172,4 +187,5 @@ window.addEventListener('live:lab.reset', (e) => {
   if (editor.dirtyPaths().length) editor.loadTree(); else editor.forgetAll();
 });
 connectLive();
+setSplit(split);
 showTab('terminal');
