@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -99,7 +101,14 @@ class DockerBackend:
         self.settings = settings
         self.cfg = settings.docker
         #: names are ``<prefix>-<env id>``; discover() adopts only this prefix's containers
-        self.prefix = prefix or getattr(self.cfg, "name_prefix", "") or dc.DEFAULT_PREFIX
+        self.prefix = (
+            prefix
+            or getattr(self.cfg, "name_prefix", "")
+            or os.environ.get("LABSERVER_DOCKER__NAME_PREFIX", "")  # until DockerSettings has the field
+            or dc.DEFAULT_PREFIX
+        )
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", self.prefix):
+            raise ValueError(f"docker name prefix {self.prefix!r}: use [a-z0-9.-]")
         self._configured = nodes if nodes is not None else nodes_from_settings(self.cfg)
         self._nodes: dict[str, Node] = {}
         self._clients: dict[str, docker.DockerClient] = {}
