@@ -217,6 +217,7 @@ def test_run_function_returns_values_and_output(run_checker):
 def test_attendee_exception_is_reported_with_their_traceback_only(run_checker):
     run = run_checker(
         """
+        import pathlib
         from labkit.check import main, run_function
         def check():
             r = run_function("model.py", "forward", 3)
@@ -225,6 +226,12 @@ def test_attendee_exception_is_reported_with_their_traceback_only(run_checker):
             files = {f.file for f in r.error.frames}
             assert files == {"model.py", "lib/util.py"}, r.error.frames
             assert r.error.frames[-1].code == 'raise ValueError(f"bad size {n}")', r.error.frames
+            # trusted harness code beside the checker, given by absolute path, imports the attendee's module
+            harness = pathlib.Path(__file__).with_name("harness.py")
+            harness.write_text("import model\\ndef go(n):\\n    return model.forward(n)\\n")
+            h = run_function(str(harness), "go", 4)
+            assert h.error.type == "ValueError" and h.error.message == "bad size 4", h
+            assert [f.file for f in h.error.frames] == ["model.py", "lib/util.py"], h.error.frames
             r.unwrap(hints=["Check the sizes."])
         main(check)
         """,

@@ -252,6 +252,10 @@ def run_function(
     """Import ``file`` (relative to the cwd, the lab folder) in a child process and return
     ``func(*args, **kwargs)`` from it (``func`` may be dotted: ``"Model.forward"``).
 
+    ``file`` may also be an absolute path to trusted harness code (e.g. next to the checker)
+    that imports the attendee's modules itself; the child still runs in the lab folder, and
+    tracebacks still show only frames in the lab folder.
+
     Arguments are sent with ``torch.save`` (anything picklable). The value comes back as plain
     data (see the module docstring); an exception, exit, limit or timeout comes back as
     ``error`` with the attendee's traceback lines; ``timeout`` and ``memory_mb`` are reserved
