@@ -69,11 +69,21 @@ def visible_devices(value: str | None = None) -> list[int] | None:
     return ids
 
 
+_import_failure: list[str] = []  # a failed import is not cached by Python; remember it here
+
+
 def _torch_npu() -> tuple[Any | None, str]:
+    if sys.modules.get("torch_npu") is not None:
+        return sys.modules["torch_npu"], ""
+    if _import_failure and "torch_npu" not in sys.modules:
+        return None, _import_failure[0]
     try:
         module = importlib.import_module("torch_npu")
     except Exception as exc:  # ImportError, or a broken CANN install raising anything
-        return None, f"torch_npu is not importable ({type(exc).__name__}: {exc})"
+        reason = f"torch_npu is not importable ({type(exc).__name__}: {exc})"
+        if "torch_npu" not in sys.modules:
+            _import_failure[:] = [reason]
+        return None, reason
     return module, ""
 
 
