@@ -170,9 +170,11 @@ def make_container_config(
         "working_dir": WORKSPACE,
         "detach": True,
         "read_only": True,
+        # tmpfs pages count against the memory limit: keep them well below it, or a full /tmp
+        # would leave no memory to start even a shell in the attendee's own container
         "tmpfs": {
-            "/tmp": "rw,nosuid,nodev,size=512m,mode=1777",
-            HOME: "rw,nosuid,nodev,size=128m,uid=1000,gid=1000,mode=0755",
+            "/tmp": f"rw,nosuid,nodev,size={max(64, spec.memory_mb // 4)}m,mode=1777",
+            HOME: f"rw,nosuid,nodev,size={max(32, spec.memory_mb // 16)}m,uid=1000,gid=1000,mode=0755",
         },
         "volumes": volumes,
         "network_mode": "bridge" if spec.network else "none",
@@ -227,8 +229,8 @@ def make_grader_config(
         "detach": True,
         "read_only": False,
         "tmpfs": {
-            "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",
-            HOME: "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755",
+            "/tmp": f"rw,nosuid,nodev,size={max(64, memory_mb // 4)}m,mode=1777",
+            HOME: f"rw,nosuid,nodev,size={max(32, memory_mb // 16)}m,uid=1000,gid=1000,mode=0755",
         },
         "volumes": {volume: {"bind": WORKSPACE, "mode": "ro"}, **binds},
         "network_mode": "none",

@@ -119,3 +119,9 @@ def test_grader_config_sees_the_workspace_read_only_without_network() -> None:
     assert cfg["labels"]["labserver.role"] == "grader"
     assert cfg["command"] == ["python3", "-I", "/opt/labserver/grader/runner.py"]
     assert "restart_policy" not in cfg
+
+
+def test_tmpfs_stays_well_below_the_memory_limit() -> None:
+    cfg = dc.make_container_config(spec(memory_mb=2048), DockerSettings())
+    assert cfg["tmpfs"]["/tmp"].split("size=")[1].startswith("512m")
+    assert cfg["tmpfs"]["/home/lab"].split("size=")[1].startswith("128m")
