@@ -51,8 +51,6 @@ BLOCK_SIZE = 32
 E8M0_NAN = 255
 # Code -> value; bit 3 is the sign, bits 0-2 the magnitude.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
-# Midpoints between consecutive E2M1 magnitudes; a value exactly on one is a tie.
-_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 
 @dataclass(frozen=True)
@@ -122,15 +120,17 @@ def e8m0_to_float(codes: torch.Tensor) -> torch.Tensor:
 
 def encode_e2m1(v: torch.Tensor) -> torch.Tensor:
     """Round to the nearest E2M1 value, ties to the even code, saturating at ±6 (uint8 codes).
-    NaN encodes as 0 (E2M1 has no NaN; an MX block with a NaN gets a NaN *scale* instead)."""
+    NaN encodes as 0 (E2M1 has no NaN; an MX block with a NaN gets a NaN *scale* instead).
+
+    The grid has step 0.5 below 2, 1 in [2, 4) and 2 in [4, 6]; ``torch.round`` rounds half to
+    even, and an even multiple of the step is exactly an even code."""
     a = v.to(torch.float32)
     mag = a.abs().nan_to_num(0.0).clamp(max=6.0)
-    mids = torch.tensor(_E2M1_MIDPOINTS, dtype=torch.float32)
-    code = torch.bucketize(mag, mids)  # ties land on the lower code
-    tie = (code < len(_E2M1_MIDPOINTS)) & (mids[code.clamp(max=len(_E2M1_MIDPOINTS) - 1)] == mag)
-    code = torch.where(tie & (code % 2 == 1), code + 1, code)
+    step = torch.where(mag < 2, 0.5, torch.where(mag < 4, 1.0, 2.0))
+    q = torch.round(mag / step) * step  # 1.75 -> 2 and 3.5 -> 4 cross into the next binade: fine
+    code = torch.where(q < 2, q * 2, torch.where(q < 4, q + 2, q / 2 + 4))
     sign = torch.signbit(a) & ~torch.isnan(a)
-    return (code + sign.to(code.dtype) * 8).to(torch.uint8)
+    return (code.to(torch.uint8) + sign.to(torch.uint8) * 8).to(torch.uint8)
 
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
