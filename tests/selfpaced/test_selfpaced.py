@@ -243,3 +243,11 @@ def test_progress_commands_round_trip_and_refuse_bad_files(tmp_path: Path) -> No
     res = _run(["progress", "import", str(tmp_path / "bad.json")], _env(room), tmp_path)
     assert res.returncode == 2 and "not valid JSON" in res.stderr
     assert (room / "labserver.db").read_bytes() == db_before
+
+
+def test_docker_backend_without_an_engine_is_a_clear_error(tmp_path: Path) -> None:
+    env = {**_env(tmp_path / "data"), "DOCKER_HOST": f"unix://{tmp_path}/no-such-docker.sock"}
+    res = _run(["selfpaced", "--backend", "docker", "--no-browser"], env, tmp_path)
+    assert res.returncode == 2
+    assert "--backend docker: no Docker engine answers" in res.stderr
+    assert not (tmp_path / "data").exists()  # nothing was made
