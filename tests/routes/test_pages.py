@@ -319,3 +319,24 @@ def test_no_page_loads_anything_from_another_host() -> None:
         assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', text), path
         assert not re.search(r"url\(\s*['\"]?(https?:)?//", text), path
         assert "@import" not in text, path
+
+
+def test_a_failed_environment_is_said_on_the_lab_page(app: FastAPI, client: TestClient, event: Event) -> None:
+    from labserver.models import Environment
+
+    token = join_cookie(client)
+    with Session(app.state.ctx.engine) as session:
+        me = me_for(app, session, token)
+        session.add(
+            Environment(
+                id=f"ev{event.id}-at{me.id}",
+                event_id=event.id or 0,
+                attendee_id=me.id,
+                backend="local",
+                state="failed",
+                message="No node has room for you right now.",
+            )
+        )
+        session.commit()
+    html = client.get("/labs/getting-started").text
+    assert 'class="env-failed"' in html and "No node has room for you right now." in html

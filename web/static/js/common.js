@@ -34,6 +34,9 @@ export async function api(path, { method = 'GET', json, body, headers = {} } = {
   }
   const type = resp.headers.get('content-type') || '';
   const data = type.includes('application/json') ? await resp.json().catch(() => ({})) : null;
+  if (resp.status === 401 && !path.endsWith('/join')) {  // the attendee cookie is gone or unknown
+    location.assign(`/join?next=${encodeURIComponent(location.pathname + location.search)}`);
+  }
   if (!resp.ok) {
     const detail = data && typeof data.detail === 'string' ? data.detail : `${resp.status} ${resp.statusText}`;
     throw new ApiError(resp.status, detail, data);
