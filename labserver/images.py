@@ -268,7 +268,7 @@ def build_cpu_emu(
 
     wheels = ensure_wheelhouse(images_dir / "requirements-cpu-emu.txt", cache, progress)
     t = mark("wheels", t)
-    context = cache / "build" / f"cpu-emu-{digest}"
+    context = cache / "build" / f"cpu-emu-{digest}-{os.getpid()}"  # concurrent builds never share
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
     build_labkit_wheel(context / "labkit", progress, labkit_dir)

@@ -141,8 +141,6 @@ class WarmPool:
         self, backend: DockerBackend, spec: EnvSpec, say: ProgressCallback
     ) -> tuple[Any, str] | None:
         """Give a warm container of ``spec``'s event to ``spec.env_id`` (renamed); None if none fits."""
-        if spec.event_id not in self.targets:
-            return None
         image = dc.image_for(spec, backend.cfg)
         new_name = dc.container_name(spec.env_id, backend.prefix)
         for container, node in await self.unclaimed(spec.event_id):
@@ -160,6 +158,8 @@ class WarmPool:
         return None
 
     def _refill_soon(self, event_id: int) -> None:
+        if event_id not in self.targets:
+            return
         task = asyncio.get_running_loop().create_task(self.fill(event_id))
         self._refills.add(task)
         task.add_done_callback(self._refills.discard)

@@ -653,6 +653,20 @@ class DockerBackend:
         arc_root = resolved.rstrip("/").rsplit("/", 1)[-1] or "workspace"
         return await asyncio.to_thread(files.tar_to_zip, raw, arc_root)
 
+    async def prepare_event(self, event_id: int, template: EnvSpec, size: int | None = None) -> int:
+        """Keep ``size`` (default ``LABSERVER_DOCKER__WARM_POOL``) warm containers for the event,
+        made from ``template`` (its image, the largest cpus/memory of its labs, all its labs as
+        seeds); returns how many were created now. Size 0 stops warming the event."""
+        from labserver.warmpool import WarmPool
+
+        size = self.cfg.warm_pool if size is None else size
+        pool = self.warm_pool or WarmPool(self)
+        pool.configure(event_id, template, size)
+        if size <= 0:
+            await pool.drain(event_id)
+            return 0
+        return int(await pool.fill(event_id))
+
     async def aclose(self) -> None:
         for client in self._clients.values():
             with contextlib.suppress(Exception):
