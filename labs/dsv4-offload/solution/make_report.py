@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import torch
-
 from offload.harness import make_requests, serve
 
 N_TOPICS = 4

@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 
 import torch
-
 from offload.harness import make_requests, serve
 
-LENGTHS = [32, 64, 96, 128, 192, 256]
+LENGTHS = [32, 64, 96, 128, 256, 512]
 
 
 def prefill_ms(n_tokens: int, stream: bool) -> float:
@@ -21,7 +20,9 @@ def prefill_ms(n_tokens: int, stream: bool) -> float:
     out = serve(reqs, n_tokens, overrides, logits=False)
     req = out["requests"][0]  # type: ignore[index]
     if req["streamed_prefill"] != stream:
-        raise SystemExit(f"asked for streaming={stream} but the engine did streaming={req['streamed_prefill']}")
+        raise SystemExit(
+            f"asked for streaming={stream} but the engine did streaming={req['streamed_prefill']}"
+        )
     return float(req["prefill_ms"])
 
 
@@ -46,7 +47,11 @@ def main() -> None:
     x = crossover(LENGTHS, hybrid, streamed)
     print(f"crossover: {x:.0f} tokens" if x else "no crossover in this range")
     with open("prefill.json", "w") as fh:
-        json.dump({"lengths": LENGTHS, "hybrid_ms": hybrid, "stream_ms": streamed, "crossover_tokens": x}, fh, indent=2)
+        json.dump(
+            {"lengths": LENGTHS, "hybrid_ms": hybrid, "stream_ms": streamed, "crossover_tokens": x},
+            fh,
+            indent=2,
+        )
     print("wrote prefill.json")
 
 

@@ -18,10 +18,9 @@ memory-bound (arithmetic intensity ~3.8 OP/B against a ridge of ~33) and why its
 from __future__ import annotations
 
 import torch
-from labkit import emu
-
 from dsv4flash import mxfp4
 from dsv4flash.model import Checkpoint
+from labkit import emu
 
 
 def repack_mxfp4_to_gguf(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

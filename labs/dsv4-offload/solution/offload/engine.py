@@ -15,10 +15,9 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import torch
-from labkit import emu
-
 from dsv4flash import mxfp4
 from dsv4flash.model import Checkpoint, attend, rms_norm, rope
+from labkit import emu
 
 from . import residency
 from .cpu_kernel import CpuExperts
@@ -36,7 +35,9 @@ class OffloadEngine:
         self.cpu = CpuExperts(ckpt)
         c = self.cfg
         self.expert_w8a8_bytes = w8a8_bytes(2 * c.moe_inter, c.d_model) + w8a8_bytes(c.d_model, c.moe_inter)
-        self.expert_mxfp4_bytes = mxfp4_bytes(2 * c.moe_inter, c.d_model) + mxfp4_bytes(c.d_model, c.moe_inter)
+        self.expert_mxfp4_bytes = mxfp4_bytes(2 * c.moe_inter, c.d_model) + mxfp4_bytes(
+            c.d_model, c.moe_inter
+        )
         #: per layer: expert id -> its W8A8 (gate_up, down) on the device
         self.resident: list[dict[int, tuple[W8, W8]]] = [{} for _ in range(c.n_layers)]
         self.phase = "prefill"
@@ -57,7 +58,9 @@ class OffloadEngine:
         self.layers = []
         for i in range(c.n_layers):
             p = f"layers.{i}."
-            attn = {n: W8(ck[p + f"attn.{n}.weight"], ck[p + f"attn.{n}.scale"]) for n in ("wq", "wk", "wv", "wo")}
+            attn = {
+                n: W8(ck[p + f"attn.{n}.weight"], ck[p + f"attn.{n}.scale"]) for n in ("wq", "wk", "wv", "wo")
+            }
             dev.place("attention", sum(w.nbytes for w in attn.values()))
             router = ck[p + "ffn.gate.weight"].float()
             dev.place("router", router.numel() * 2)
@@ -132,7 +135,13 @@ class OffloadEngine:
             self.routing.append((layer, ids.clone()))
 
     def device_part(
-        self, layer: int, m: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, on_device: torch.Tensor, out: torch.Tensor
+        self,
+        layer: int,
+        m: torch.Tensor,
+        w: torch.Tensor,
+        ids: torch.Tensor,
+        on_device: torch.Tensor,
+        out: torch.Tensor,
     ) -> torch.Tensor:
         """Add the resident experts' weighted outputs to ``out`` (computed on the device)."""
         for e in torch.unique(ids[on_device]).tolist():
@@ -189,7 +198,11 @@ class OffloadEngine:
         n = len(group)
         self.dev.reserve(STREAM_TAG, n * (self.expert_mxfp4_bytes + self.expert_w8a8_bytes))
         self.s.account("h2d:expert_stream", flops=0.0, bytes=float(n * self.expert_mxfp4_bytes), engine="h2d")
-        self.dev.op("depool_mxfp4_to_w8a8", 4 * n * self.expert_w8a8_bytes, n * (self.expert_mxfp4_bytes + self.expert_w8a8_bytes))
+        self.dev.op(
+            "depool_mxfp4_to_w8a8",
+            4 * n * self.expert_w8a8_bytes,
+            n * (self.expert_mxfp4_bytes + self.expert_w8a8_bytes),
+        )
         return {e: self.expert_w8(layer, e) for e in group}
 
     def stream_out(self) -> None:
@@ -226,13 +239,17 @@ class OffloadEngine:
         v = dev.linear_w8a8(x, L["wv"], "attn_v").view(s, c.n_kv_heads, c.head_dim).transpose(0, 1)
         q, k = rope(q, pos, c.rope_theta), rope(k, pos, c.rope_theta)
         if self.length + s > self.recipe.CONTEXT_LENGTH:
-            raise ValueError(f"context of {self.length + s} tokens > CONTEXT_LENGTH {self.recipe.CONTEXT_LENGTH}")
+            raise ValueError(
+                f"context of {self.length + s} tokens > CONTEXT_LENGTH {self.recipe.CONTEXT_LENGTH}"
+            )
         if self.kv[layer] is not None:
             k = torch.cat((self.kv[layer][0], k), dim=1)
             v = torch.cat((self.kv[layer][1], v), dim=1)
         self.kv[layer] = (k, v)
         t = k.shape[1]
-        dev.op("attention", 4 * c.n_heads * s * t * c.head_dim, 2 * t * c.head_dim * 2 + 2 * s * c.d_model * 2)
+        dev.op(
+            "attention", 4 * c.n_heads * s * t * c.head_dim, 2 * t * c.head_dim * 2 + 2 * s * c.d_model * 2
+        )
         return dev.linear_w8a8(attend(q, k, v, self.length), L["wo"], "attn_o")
 
     def norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -248,7 +265,9 @@ class OffloadEngine:
             m = self.norm(h, L["ffn_norm"])
             x = h + (self.moe_streaming(i, m) if streaming else self.moe(i, m))
         self.length += ids.shape[0]
-        return self.dev.linear_bf16(self.norm(x, self.ckpt["norm.weight"]), self.lm_head, "lm_head")[:, : c.vocab_size]
+        return self.dev.linear_bf16(self.norm(x, self.ckpt["norm.weight"]), self.lm_head, "lm_head")[
+            :, : c.vocab_size
+        ]
 
     def prefill(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
         """A new request: fresh KV cache, prefill (streamed if long), then, with

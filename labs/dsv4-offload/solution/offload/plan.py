@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from labkit import emu
-
 from dsv4flash import REAL, Checkpoint, ModelConfig, toy_scale
+from labkit import emu
 
 from . import recipe as recipe_mod
 from .device import mxfp4_bytes, w8a8_bytes
@@ -57,7 +56,9 @@ def plan_memory(cfg: ModelConfig, recipe: Recipe) -> dict[str, int]:
     tags = static_bytes(cfg)
     tags["hot_experts"] = cfg.n_layers * recipe.KT_NUM_GPU_EXPERTS * expert_w8a8_bytes(cfg)
     tags["kv_cache"] = recipe.CONTEXT_LENGTH * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2
-    tags["prefill_stream"] = recipe.KT_PREFILL_STREAM_CHUNK * (expert_mxfp4_bytes(cfg) + expert_w8a8_bytes(cfg))
+    tags["prefill_stream"] = recipe.KT_PREFILL_STREAM_CHUNK * (
+        expert_mxfp4_bytes(cfg) + expert_w8a8_bytes(cfg)
+    )
     return tags
 
 

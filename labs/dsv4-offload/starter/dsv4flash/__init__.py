@@ -11,4 +11,13 @@ from .config import REAL, ModelConfig, toy_scale
 from .corpus import Tokenizer, make_prompt, vocabulary
 from .model import Checkpoint, Reference
 
-__all__ = ["REAL", "Checkpoint", "ModelConfig", "Reference", "Tokenizer", "make_prompt", "toy_scale", "vocabulary"]
+__all__ = [
+    "REAL",
+    "Checkpoint",
+    "ModelConfig",
+    "Reference",
+    "Tokenizer",
+    "make_prompt",
+    "toy_scale",
+    "vocabulary",
+]

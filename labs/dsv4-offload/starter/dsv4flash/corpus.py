@@ -1,3 +1,4 @@
+# ruff: noqa: SIM905  (word lists read best as one string each)
 """Topic text for the toy model: a word-level vocabulary and a seeded sentence generator.
 
 Eight topics, each with its own words, plus common words shared by all. A prompt is mostly

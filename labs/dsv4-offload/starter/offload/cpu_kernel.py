@@ -18,10 +18,9 @@ memory-bound (arithmetic intensity ~3.8 OP/B against a ridge of ~33) and why its
 from __future__ import annotations
 
 import torch
-from labkit import emu
-
 from dsv4flash import mxfp4
 from dsv4flash.model import Checkpoint
+from labkit import emu
 
 
 def repack_mxfp4_to_gguf(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -31,11 +30,12 @@ def repack_mxfp4_to_gguf(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Te
     Returns uint8 ``[..., K/32, 17]``: byte 0 = the E8M0 scale, bytes 1..16 = ``qs`` with
     element ``j`` in the low nibble and element ``j+16`` in the high nibble of ``qs[j]``.
     """
-    lo = blocks & 0x0F  # elements 0, 2, 4, ... of the row
-    hi = (blocks >> 4) & 0x0F  # elements 1, 3, 5, ...
-    codes = torch.stack((lo, hi), dim=-1).reshape(*blocks.shape[:-1], -1, mxfp4.BLOCK)
-    qs = codes[..., :16] | (codes[..., 16:] << 4)
-    return torch.cat((scales.unsqueeze(-1), qs), dim=-1).to(torch.uint8)
+    # TODO (step 2): repack, moving bytes only (bit-exact).
+    #  1. unpack the checkpoint's consecutive nibbles: element 2i = low nibble of byte i, 2i+1 = high;
+    #  2. view the codes as 32-element blocks;
+    #  3. pack each block the GGUF way: qs[j] = code[j] | (code[j + 16] << 4), j = 0..15;
+    #  4. put the block's E8M0 scale byte in front: [scale, qs[0], ..., qs[15]] (17 bytes).
+    raise NotImplementedError("step 2: repack_mxfp4_to_gguf")
 
 
 class CpuExperts:

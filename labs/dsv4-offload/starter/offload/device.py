@@ -9,9 +9,8 @@ charged to the device's engine, copies to the H2D / D2H engines. Exceeding the b
 from __future__ import annotations
 
 import torch
-from labkit import emu
-
 from dsv4flash import mxfp4
+from labkit import emu
 
 
 def w8a8_bytes(rows: int, cols: int) -> int:

@@ -12,13 +12,12 @@ others on the CPU; the activations travel (a few hundred bytes), never the exper
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import nullcontext  # noqa: F401  (step 3 uses it)
 
 import torch
-from labkit import emu
-
 from dsv4flash import mxfp4
 from dsv4flash.model import Checkpoint, attend, rms_norm, rope
+from labkit import emu
 
 from . import residency
 from .cpu_kernel import CpuExperts
@@ -36,7 +35,9 @@ class OffloadEngine:
         self.cpu = CpuExperts(ckpt)
         c = self.cfg
         self.expert_w8a8_bytes = w8a8_bytes(2 * c.moe_inter, c.d_model) + w8a8_bytes(c.d_model, c.moe_inter)
-        self.expert_mxfp4_bytes = mxfp4_bytes(2 * c.moe_inter, c.d_model) + mxfp4_bytes(c.d_model, c.moe_inter)
+        self.expert_mxfp4_bytes = mxfp4_bytes(2 * c.moe_inter, c.d_model) + mxfp4_bytes(
+            c.d_model, c.moe_inter
+        )
         #: per layer: expert id -> its W8A8 (gate_up, down) on the device
         self.resident: list[dict[int, tuple[W8, W8]]] = [{} for _ in range(c.n_layers)]
         self.phase = "prefill"
@@ -57,7 +58,9 @@ class OffloadEngine:
         self.layers = []
         for i in range(c.n_layers):
             p = f"layers.{i}."
-            attn = {n: W8(ck[p + f"attn.{n}.weight"], ck[p + f"attn.{n}.scale"]) for n in ("wq", "wk", "wv", "wo")}
+            attn = {
+                n: W8(ck[p + f"attn.{n}.weight"], ck[p + f"attn.{n}.scale"]) for n in ("wq", "wk", "wv", "wo")
+            }
             dev.place("attention", sum(w.nbytes for w in attn.values()))
             router = ck[p + "ffn.gate.weight"].float()
             dev.place("router", router.numel() * 2)
@@ -103,12 +106,10 @@ class OffloadEngine:
 
     def set_resident(self, hot: list[list[int]]) -> None:
         """Make ``hot[layer]`` the resident experts of every layer, never over the budget."""
-        for layer, want in enumerate(hot):
-            keep = {int(e) for e in want}
-            for e in [e for e in self.resident[layer] if e not in keep]:
-                self.evict_expert(layer, e)  # free first ...
-            for e in sorted(keep):
-                self.load_expert(layer, e)  # ... then bring the new ones in
+        # TODO (step 4): for every layer, evict (evict_expert) the resident experts that are not
+        # in hot[layer] FIRST, then load (load_expert) the missing ones: the card has no room
+        # for both sets at once.
+        raise NotImplementedError("step 4: set_resident")
 
     # -- the MoE layer -----------------------------------------------------------------------
     def route(self, layer: int, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,7 +133,13 @@ class OffloadEngine:
             self.routing.append((layer, ids.clone()))
 
     def device_part(
-        self, layer: int, m: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, on_device: torch.Tensor, out: torch.Tensor
+        self,
+        layer: int,
+        m: torch.Tensor,
+        w: torch.Tensor,
+        ids: torch.Tensor,
+        on_device: torch.Tensor,
+        out: torch.Tensor,
     ) -> torch.Tensor:
         """Add the resident experts' weighted outputs to ``out`` (computed on the device)."""
         for e in torch.unique(ids[on_device]).tolist():
@@ -146,42 +153,36 @@ class OffloadEngine:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The cold experts on the CPU: copy the activations of the rows that need them to the
         host, run each cold expert there, copy the weighted sum back. Returns (rows, sum [rows, D])."""
-        rows = cold.any(-1).nonzero().flatten()
-        x_host = self.dev.to_host(m[rows])
-        y_host = torch.zeros_like(x_host)
-        sub_ids, sub_cold, sub_w = ids[rows], cold[rows], w[rows]
-        for e in torch.unique(sub_ids[sub_cold]).tolist():
-            r, col = ((sub_ids == e) & sub_cold).nonzero(as_tuple=True)
-            y_host = y_host.index_add(0, r, self.cpu.expert(layer, e, x_host[r]) * sub_w[r, col, None])
-        return rows, self.dev.to_device(y_host)
+        # TODO (step 2):
+        #  1. rows = the tokens with at least one cold expert;
+        #  2. copy their activations to the host once (self.dev.to_host);
+        #  3. for each cold expert e: run self.cpu.expert(layer, e, x_rows) on the rows routed to it,
+        #     weight by their routing weights and add into a host buffer (index_add);
+        #  4. copy the sum back (self.dev.to_device) and return (rows, sum).
+        raise NotImplementedError("step 2: cpu_part")
 
     def moe(self, layer: int, m: torch.Tensor) -> torch.Tensor:
         """Routed + shared experts for ``m [n, D]`` with the hot/cold split."""
         w, ids = self.route(layer, m)
         on_device = self.is_resident(layer, ids)
         self.record(layer, ids, on_device)
-        cold = ~on_device
-        side = bool(self.recipe.KT_SIDE_STREAM)
-        cpu_out = None
-        if cold.any():
-            # issue the CPU work first, on the side stream, so it runs while the device computes
-            with self.s.stream("cpu") if side else nullcontext():
-                cpu_out = self.cpu_part(layer, m, w, ids, cold)
-        out = self.dev.swiglu_expert(m, *self.layers[layer]["shared"], "shared_expert")
-        out = self.device_part(layer, m, w, ids, on_device, out)
-        if cpu_out is not None:
-            if side:
-                self.s.wait_stream("cpu")  # the main stream needs the CPU result from here on
-            rows, y = cpu_out
-            out = out.index_add(0, rows, y)
-            self.dev.op("moe_combine", out.numel(), out.numel() * 6)
-        return out
+        # TODO (step 2): the hot/cold split.
+        #  - cold = the routed slots whose expert is not resident;
+        #  - if any: cpu_out = self.cpu_part(layer, m, w, ids, cold)
+        #    (step 3: when self.recipe.KT_SIDE_STREAM, issue it inside `with self.s.stream("cpu"):`)
+        #  - out = the shared expert on the card:
+        #        self.dev.swiglu_expert(m, *self.layers[layer]["shared"], "shared_expert")
+        #  - out = self.device_part(layer, m, w, ids, on_device, out)
+        #  - (step 3: with the side stream, self.s.wait_stream("cpu") here, before using the CPU result)
+        #  - add the CPU rows: out = out.index_add(0, rows, y), and
+        #        self.dev.op("moe_combine", out.numel(), out.numel() * 6)
+        raise NotImplementedError("step 2: moe")
 
     # -- streaming prefill -------------------------------------------------------------------
     def use_streaming(self, n_tokens: int) -> bool:
         """Stream every expert through the device for this prefill? (``KT_PREFILL_STREAM``)"""
-        r = self.recipe
-        return bool(r.KT_PREFILL_STREAM) and n_tokens >= r.KT_PREFILL_STREAM_THRESHOLD
+        # TODO (step 5): True when KT_PREFILL_STREAM is on and n_tokens >= KT_PREFILL_STREAM_THRESHOLD.
+        return False
 
     def stream_in(self, layer: int, group: list[int]) -> dict[int, tuple[W8, W8]]:
         """Copy a group of experts' MXFP4 bytes to a device staging buffer and convert them to
@@ -189,7 +190,11 @@ class OffloadEngine:
         n = len(group)
         self.dev.reserve(STREAM_TAG, n * (self.expert_mxfp4_bytes + self.expert_w8a8_bytes))
         self.s.account("h2d:expert_stream", flops=0.0, bytes=float(n * self.expert_mxfp4_bytes), engine="h2d")
-        self.dev.op("depool_mxfp4_to_w8a8", 4 * n * self.expert_w8a8_bytes, n * (self.expert_mxfp4_bytes + self.expert_w8a8_bytes))
+        self.dev.op(
+            "depool_mxfp4_to_w8a8",
+            4 * n * self.expert_w8a8_bytes,
+            n * (self.expert_mxfp4_bytes + self.expert_w8a8_bytes),
+        )
         return {e: self.expert_w8(layer, e) for e in group}
 
     def stream_out(self) -> None:
@@ -198,23 +203,15 @@ class OffloadEngine:
     def moe_streaming(self, layer: int, m: torch.Tensor) -> torch.Tensor:
         """Prefill MoE with every routed expert computed on the device: resident ones in place,
         the others streamed in ``KT_PREFILL_STREAM_CHUNK`` experts at a time."""
-        w, ids = self.route(layer, m)
-        on_device = self.is_resident(layer, ids)
-        self.record(layer, ids, on_device)
-        out = self.dev.swiglu_expert(m, *self.layers[layer]["shared"], "shared_expert")
-        out = self.device_part(layer, m, w, ids, on_device, out)
-        cold = [e for e in range(self.cfg.n_routed_experts) if e not in self.resident[layer]]
-        chunk = self.recipe.KT_PREFILL_STREAM_CHUNK
-        for start in range(0, len(cold), chunk):
-            group = cold[start : start + chunk]
-            staged = self.stream_in(layer, group)
-            for e in group:
-                rows, col = (ids == e).nonzero(as_tuple=True)
-                if rows.numel():
-                    y = self.dev.swiglu_expert(m[rows], *staged[e], "streamed_expert")
-                    out = out.index_add(0, rows, y * w[rows, col, None])
-            self.stream_out()
-        return out
+        # TODO (step 5):
+        #  - route, is_resident, record as in moe(); shared expert + device_part() for the resident ones;
+        #  - cold = every expert of the layer that is not resident (all of them, used or not: the
+        #    recipe streams the whole layer);
+        #  - for each chunk of KT_PREFILL_STREAM_CHUNK cold experts: staged = self.stream_in(layer, chunk),
+        #    compute the rows routed to each expert of the chunk with
+        #    self.dev.swiglu_expert(m[rows], *staged[e], "streamed_expert") weighted by their routing
+        #    weights, then self.stream_out() before the next chunk (one staging buffer at a time).
+        raise NotImplementedError("step 5: moe_streaming")
 
     # -- the model -----------------------------------------------------------------------------
     def attention(self, layer: int, x: torch.Tensor) -> torch.Tensor:
@@ -226,13 +223,17 @@ class OffloadEngine:
         v = dev.linear_w8a8(x, L["wv"], "attn_v").view(s, c.n_kv_heads, c.head_dim).transpose(0, 1)
         q, k = rope(q, pos, c.rope_theta), rope(k, pos, c.rope_theta)
         if self.length + s > self.recipe.CONTEXT_LENGTH:
-            raise ValueError(f"context of {self.length + s} tokens > CONTEXT_LENGTH {self.recipe.CONTEXT_LENGTH}")
+            raise ValueError(
+                f"context of {self.length + s} tokens > CONTEXT_LENGTH {self.recipe.CONTEXT_LENGTH}"
+            )
         if self.kv[layer] is not None:
             k = torch.cat((self.kv[layer][0], k), dim=1)
             v = torch.cat((self.kv[layer][1], v), dim=1)
         self.kv[layer] = (k, v)
         t = k.shape[1]
-        dev.op("attention", 4 * c.n_heads * s * t * c.head_dim, 2 * t * c.head_dim * 2 + 2 * s * c.d_model * 2)
+        dev.op(
+            "attention", 4 * c.n_heads * s * t * c.head_dim, 2 * t * c.head_dim * 2 + 2 * s * c.d_model * 2
+        )
         return dev.linear_w8a8(attend(q, k, v, self.length), L["wo"], "attn_o")
 
     def norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -248,7 +249,9 @@ class OffloadEngine:
             m = self.norm(h, L["ffn_norm"])
             x = h + (self.moe_streaming(i, m) if streaming else self.moe(i, m))
         self.length += ids.shape[0]
-        return self.dev.linear_bf16(self.norm(x, self.ckpt["norm.weight"]), self.lm_head, "lm_head")[:, : c.vocab_size]
+        return self.dev.linear_bf16(self.norm(x, self.ckpt["norm.weight"]), self.lm_head, "lm_head")[
+            :, : c.vocab_size
+        ]
 
     def prefill(self, ids: list[int] | torch.Tensor) -> torch.Tensor:
         """A new request: fresh KV cache, prefill (streamed if long), then, with

@@ -9,10 +9,9 @@ and the outputs can be compared logit by logit).
 from __future__ import annotations
 
 import torch
-from labkit import emu
-
 from dsv4flash import Checkpoint, Tokenizer, make_prompt, toy_scale, vocabulary
 from dsv4flash.corpus import TOPICS
+from labkit import emu
 
 from . import recipe as recipe_mod
 from .engine import OffloadEngine
@@ -21,7 +20,9 @@ from .engine import OffloadEngine
 EVAL_SEED = 1
 
 
-def make_requests(seed: int = EVAL_SEED, n_prompt: int = 96, n_decode: int = 32, topics: list[str] | None = None) -> list[list[int]]:
+def make_requests(
+    seed: int = EVAL_SEED, n_prompt: int = 96, n_decode: int = 32, topics: list[str] | None = None
+) -> list[list[int]]:
     """One request per topic: ``n_prompt`` tokens of topic text then ``n_decode`` more to decode."""
     tok = Tokenizer(vocabulary(Checkpoint.load().cfg.vocab_size))
     return [tok.encode(make_prompt(t, n_prompt + n_decode, seed)) for t in (topics or list(TOPICS))]

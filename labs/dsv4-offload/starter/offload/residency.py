@@ -16,12 +16,11 @@ def count_activations(routing: list[tuple[int, torch.Tensor]], n_layers: int, n_
 
     Returns int64 ``[n_layers, n_experts]``: how many routed slots of each layer went to each expert.
     """
-    counts = torch.zeros(n_layers, n_experts, dtype=torch.long)
-    for layer, ids in routing:
-        counts[layer] += torch.bincount(ids.flatten(), minlength=n_experts)
-    return counts
+    # TODO (step 4): one torch.bincount(..., minlength=n_experts) per MoE call, added to its layer's row.
+    raise NotImplementedError("step 4: count_activations")
 
 
 def choose_hot_set(counts: torch.Tensor, k: int) -> torch.Tensor:
     """Each layer's ``k`` most used experts: int64 ``[n_layers, k]`` (ids, any order)."""
-    return counts.topk(k, dim=-1).indices
+    # TODO (step 4): each layer's own top-k (torch.topk along the expert dimension).
+    raise NotImplementedError("step 4: choose_hot_set")
