@@ -231,7 +231,11 @@ async def api_write_file(
     data = await request.body()
     if len(data) > MAX_EDIT_BYTES:
         raise HTTPException(
-            413, "That file is too big to save from the editor (2 MB at most); use the terminal."
+            413,
+            gettext(
+                pick_lang(request),
+                "That file is too big to save from the editor (2 MB at most); use the terminal.",
+            ),
         )
     ref = await environments.ensure_environment(ctx, session, event=me.event, attendee=me.attendee)
     target = _lab_path(lab, path)
@@ -244,8 +248,11 @@ async def api_write_file(
         if current is not None and _etag(current) != if_match:
             return JSONResponse(
                 {
-                    "detail": "This file changed on disk since you opened it (in the terminal?). "
-                    "Your text is still in the editor: copy it, reload the file, and merge.",
+                    "detail": gettext(
+                        pick_lang(request),
+                        "This file changed on disk since you opened it (in the terminal?). "
+                        "Your text is still in the editor: copy it, reload the file, and merge.",
+                    ),
                     "code": "conflict",
                     "etag": _etag(current),
                 },
@@ -264,7 +271,9 @@ async def api_check(
     lab = _lab(ctx, me, lab_id)
     step = _step(lab, step_id)
     if progress.is_locked(me.event, lab, step.index):
-        raise HTTPException(423, "This step is not open yet: the instructor will unlock it.")
+        raise HTTPException(
+            423, gettext(pick_lang(request), "This step is not open yet: the instructor will unlock it.")
+        )
     run = await checking.run_check(
         ctx, session, event=me.event, attendee=me.attendee, lab=lab, step=step, lang=pick_lang(request)
     )

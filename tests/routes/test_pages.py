@@ -340,3 +340,13 @@ def test_a_failed_environment_is_said_on_the_lab_page(app: FastAPI, client: Test
         session.commit()
     html = client.get("/labs/getting-started").text
     assert 'class="env-failed"' in html and "No node has room for you right now." in html
+
+
+def test_the_save_conflict_message_speaks_chinese(client: TestClient, event: Event) -> None:
+    join_cookie(client)
+    client.cookies.set("labserver_lang", "zh")
+    url = "/api/v1/labs/getting-started/files/notes/a.txt"
+    assert client.put(url, content=b"one").status_code == 200
+    resp = client.put(url, content=b"two", headers={"If-Match": '"not-the-etag"'})
+    assert resp.status_code == 409
+    assert "被修改过" in resp.json()["detail"]
