@@ -347,6 +347,7 @@ def serve(
         known = ", ".join(ctx.catalog.labs) or "(none)"
         raise SystemExit(f"There is no lab {lab!r}. Labs: {known}")
     workspace = asyncio.run(prepare_workspace(app))
+    ctx.env_locks.clear()  # made on that short-lived loop; the server's loop makes its own
     port = pick_port(port)
     base = f"http://127.0.0.1:{port}"
     url = lab_url(base, lab)
