@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import zipfile
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
@@ -22,6 +23,16 @@ from tests.e2e.conftest import (
 )
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(autouse=True)
+def no_script_errors(page: Page) -> Iterator[None]:
+    """Any uncaught exception in the page's scripts fails the test."""
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield
+    assert not errors, errors
+
 
 CHECK_TIMEOUT = 90_000  # a check starts Python (and torch for step 4) on a shared 2-core machine
 
