@@ -2,7 +2,7 @@
 
 MXFP4 (OCP MX v1.0): blocks of 32 E2M1 codes sharing one E8M0 scale (bias 127, a power of two).
 E2M1 code = sign bit (bit 3) + 3 magnitude bits: ``[0, .5, 1, 1.5, 2, 3, 4, 6]``.
-Quantisation follows CANN ``DynamicMxQuant`` (scaleAlg 0): ``shared_exp = floor(log2(amax)) - 2``,
+Quantisation (``labkit.mx``) follows CANN ``DynamicMxQuant`` (scaleAlg 0): ``shared_exp = floor(log2(amax)) - 2``,
 codes = ``rint(v / 2**shared_exp)`` on the E2M1 grid, saturating at 6.
 
 Two byte layouts of the same codes (two codes per byte):
@@ -19,29 +19,22 @@ Q8_0 (the activations of ``ggml_vec_dot_mxfp4_q8_0``): int8 codes and one fp16 s
 from __future__ import annotations
 
 import torch
+from labkit import mx
 
 BLOCK = 32
-E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
-_MIDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
-_TIE_UP = torch.tensor([False, True, False, True, False, True, False])  # rint: ties go to the even code
+E2M1 = torch.tensor(mx.E2M1_VALUES)
 #: bytes of one MXFP4 value (16 B of codes + 1 B of scale per 32 values)
 BYTES_PER_VALUE = 17 / 32
 
 
 def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``w [..., K]`` (K a multiple of 32) -> (codes uint8 ``[..., K]`` in 0..15, E8M0 scales uint8 ``[..., K/32]``)."""
+    """``w [..., K]`` (K a multiple of 32) -> (codes uint8 ``[..., K]`` in 0..15, E8M0 scales uint8 ``[..., K/32]``).
+
+    The OCP / ``DynamicMxQuant`` rule, from ``labkit.mx``."""
     if w.shape[-1] % BLOCK:
         raise ValueError(f"last dimension {w.shape[-1]} is not a multiple of {BLOCK}")
-    blocks = w.float().reshape(*w.shape[:-1], -1, BLOCK)
-    amax = blocks.abs().amax(-1, keepdim=True).clamp_min(2.0**-126)
-    shared = torch.floor(torch.log2(amax)) - 2
-    scaled = (blocks / torch.exp2(shared)).abs().clamp_max(6.0)
-    mag = torch.bucketize(scaled, _MIDS)  # ties land on the lower code
-    tie = (mag < len(_MIDS)) & (scaled == _MIDS[mag.clamp_max(len(_MIDS) - 1)])
-    mag = mag + (tie & _TIE_UP[mag.clamp_max(len(_MIDS) - 1)]).long()
-    codes = (mag | ((blocks < 0).long() << 3)).to(torch.uint8).reshape(w.shape)
-    scales = (shared + 127).to(torch.uint8).squeeze(-1)
-    return codes, scales
+    q = mx.quantize_mx(w.float(), "mxfp4")
+    return mx.unpack_fp4(q.codes, w.shape[-1]), q.scales
 
 
 def dequantize(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -52,13 +45,12 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 def pack_consecutive(codes: torch.Tensor) -> torch.Tensor:
     """Codes ``[..., K]`` -> bytes ``[..., K/2]``: low nibble = even index (the checkpoint layout)."""
-    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+    return mx.pack_fp4(codes)
 
 
 def unpack_consecutive(packed: torch.Tensor) -> torch.Tensor:
     """Bytes ``[..., K/2]`` in the checkpoint layout -> codes ``[..., K]``."""
-    out = torch.stack((packed & 0x0F, (packed >> 4) & 0x0F), dim=-1)
-    return out.reshape(*packed.shape[:-1], -1)
+    return mx.unpack_fp4(packed)
 
 
 def unpack_gguf(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
