@@ -366,3 +366,26 @@ def test_lab_page_layout_fits_the_screen(page: Page, size: tuple[int, int]) -> N
         page.wait_for_function("(rows) => term.rows < rows", arg=rows_alone)  # the terminal refits
         page.click("#split-toggle")
         expect(editor_panel).to_be_hidden()
+
+
+def test_steps_the_instructor_opens_appear_without_a_reload(page: Page, context: BrowserContext) -> None:
+    join(page)
+    open_lab(page, step="write-file")
+    expect(page.locator("body")).to_have_attribute("data-live", "ready")
+    event_id = context.request.get("/api/v1/me").json()["event"]["id"]
+    auth = {"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}
+    pace = f"/api/v1/events/{event_id}/pace"
+    try:
+        assert context.request.put(pace, headers=auth, data={"lab": "getting-started", "unlocked": 2}).ok
+        article = page.locator("#step-write-file")
+        expect(article).to_have_attribute("data-locked", "true")
+        expect(article.locator(".locked-note")).to_be_visible()
+        expect(page.locator("#check-button")).to_be_disabled()
+        expect(page.locator('.step-chip[data-step="write-file"]')).to_have_class(re.compile("locked"))
+        assert context.request.put(pace, headers=auth, data={"lab": "getting-started", "unlocked": None}).ok
+        expect(article).to_have_attribute("data-locked", "false")
+        expect(article.locator("button.run-in-terminal")).to_be_visible()
+        expect(article.locator(".step-hints summary")).to_contain_text("Hints (1)")
+        expect(page.locator("#check-button")).to_be_enabled()
+    finally:
+        context.request.put(pace, headers=auth, data={"lab": "getting-started", "unlocked": None})

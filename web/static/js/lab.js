@@ -1,7 +1,7 @@
 // The lab page: wires the step instructions (navigation, Check, hints, history), the terminal and
 // the editor tabs, "Run in terminal" buttons, raise hand, reset and live updates.
 
-import { api, t, toast } from './common.js';
+import { api, el, t, toast } from './common.js';
 import { connectLive } from './live.js';
 import { LabTerminal } from './terminal.js';
 import { LabEditor } from './editor.js';
@@ -186,6 +186,37 @@ window.addEventListener('live:lab.reset', (e) => {
   }
   if (editor.dirtyPaths().length) editor.loadTree(); else editor.forgetAll();
 });
+// pacing: the instructor opens (or closes) steps for the whole room; update them in place
+window.addEventListener('live:pace', async (e) => {
+  if (e.detail.lab && e.detail.lab !== labId) return;
+  let lab;
+  try { lab = await api(`/api/v1/labs/${encodeURIComponent(labId)}`); } catch (err) { return; }
+  let opened = 0;
+  for (const s of lab.steps) {
+    const article = document.getElementById(`step-${s.id}`);
+    if (!article || (article.dataset.locked === 'true') === s.locked) continue;
+    article.dataset.locked = String(s.locked);
+    document.querySelector(`.step-chip[data-step="${s.id}"]`).classList.toggle('locked', s.locked);
+    const body = article.querySelector('.markdown, .locked-note');
+    article.querySelector('.step-hints')?.remove();
+    if (s.locked) {
+      body.replaceWith(el('p', { class: 'locked-note', text: t('step_locked') }));
+    } else {
+      opened += 1;
+      const md = el('div', { class: 'markdown' });
+      md.innerHTML = s.html;  // rendered by the server from the lab's Markdown (raw HTML escaped)
+      body.replaceWith(md);
+      if (s.hints.length) {
+        md.after(el('details', { class: 'step-hints' },
+          el('summary', { text: `${t('hints')} (${s.hints.length})` }),
+          el('ol', {}, s.hints.map((h) => el('li', { text: h })))));
+      }
+    }
+  }
+  if (current) checks.select(current);
+  if (opened) toast(t('steps_opened'));
+});
+
 connectLive();
 setSplit(split);
 showTab('terminal');
