@@ -389,3 +389,23 @@ def test_steps_the_instructor_opens_appear_without_a_reload(page: Page, context:
         expect(page.locator("#check-button")).to_be_enabled()
     finally:
         context.request.put(pace, headers=auth, data={"lab": "getting-started", "unlocked": None})
+
+
+def test_a_solution_the_instructor_reveals_shows_up_in_the_editor(
+    page: Page, context: BrowserContext
+) -> None:
+    join(page)
+    open_lab(page, step="implement-rmsnorm")
+    expect(page.locator("body")).to_have_attribute("data-live", "ready")
+    me = context.request.get("/api/v1/me").json()
+    url = f"/api/v1/events/{me['event']['id']}/attendees/{me['attendee']['id']}/reveal"
+    resp = context.request.post(
+        url,
+        headers={"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"},
+        data={"lab": "getting-started", "step": "implement-rmsnorm"},
+    )
+    assert resp.ok, resp.text()
+    expect(page.locator("#toast")).to_contain_text(".solution/rmsnorm.py")
+    show_editor(page)
+    open_file(page, ".solution/rmsnorm.py")
+    assert "rsqrt" in editor_text(page)

@@ -76,6 +76,7 @@ export function toast(message, { kind = 'info', ms = 8000 } = {}) {
   box.textContent = message;
   box.dataset.kind = kind;
   box.hidden = false;
+  box.onclick = () => { box.hidden = true; };  // click to dismiss (ms = 0 stays until then)
   clearTimeout(box._timer);
   if (ms) box._timer = setTimeout(() => { box.hidden = true; }, ms);
 }

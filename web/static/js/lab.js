@@ -217,6 +217,14 @@ window.addEventListener('live:pace', async (e) => {
   if (opened) toast(t('steps_opened'));
 });
 
+window.addEventListener('live:solution.revealed', (e) => {
+  if (e.detail.lab !== labId) return;
+  const prefix = `${labId}/`;
+  const files = (e.detail.files || []).map((f) => (f.startsWith(prefix) ? f.slice(prefix.length) : f));
+  toast(t('solution_revealed', { files: files.join(', ') }), { ms: 0 });
+  editor.loadTree();
+});
+
 connectLive();
 setSplit(split);
 showTab('terminal');

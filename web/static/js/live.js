@@ -6,7 +6,7 @@ import { api } from './common.js';
 
 const KINDS = ['check.started', 'check.finished', 'env.state', 'env.progress', 'step.opened',
   'help.raised', 'help.claimed', 'help.resolved', 'help.cancelled', 'lab.reset', 'announcement',
-  'pace', 'resync'];
+  'pace', 'resync', 'solution.revealed', 'event.status'];
 
 let source = null;
 
