@@ -61,3 +61,21 @@ def copy(tag: str, host: Annotated[list[str], typer.Argument(help="Destination e
     for h in host:
         copied = images.copy_image(tag, h, _printer(False))
         typer.echo(f"{h}: {'copied' if copied else 'already present'}")
+
+
+@app.command("build-services")
+def build_services(
+    force: Annotated[bool, typer.Option(help="Rebuild even when the tagged images exist.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every build line.")] = False,
+) -> None:
+    """Build the images docker-compose.yml runs: labserver/server and labserver/postgres."""
+    try:
+        for build_fn in (images.build_postgres, images.build_server):
+            result = build_fn(progress=_printer(verbose), force=force)
+            state = "built" if result.built else "up to date"
+            typer.echo(f"{result.tag} {state} in {result.seconds}s; also tagged {result.stable_tag}")
+    except images.ImageBuildError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        if exc.log:
+            typer.echo(exc.log, err=True)
+        raise typer.Exit(1) from exc

@@ -336,3 +336,163 @@ def copy_image(tag: str, dest_host: str, progress: Progress = _quiet, src_host: 
     if save.wait() != 0 or load.returncode != 0:
         raise ImageBuildError(f"could not copy {tag} to {dest_host}", load.stderr)
     return True
+
+
+# -- the service images for docker-compose.yml ---------------------------------------------------
+SERVER_REPO = "labserver/server"
+POSTGRES_REPO = "labserver/postgres"
+POSTGRES_BASE = "labserver/postgres-base:bookworm"
+WEB_DIR = REPO_ROOT / "web"
+LABS_DIR = REPO_ROOT / "labs"
+
+
+def _runtime_requirements() -> list[str]:
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    return list(project["dependencies"])
+
+
+def _docker_build(
+    tag: str, stable: str, dockerfile: Path, context: Path, base_image: str, digest: str, progress: Progress
+) -> None:
+    buildkit = os.environ.get("DOCKER_BUILDKIT", "1")
+    cmd = [
+        docker_cli(),
+        "build",
+        "--network",
+        "none",
+        "-f",
+        str(dockerfile),
+        "--build-arg",
+        f"BASE_IMAGE={base_image}",
+        "--label",
+        f"{HASH_LABEL}={digest}",
+        "-t",
+        tag,
+        "-t",
+        stable,
+    ]
+    if buildkit == "1":
+        cmd += ["--progress", "plain"]
+    _stream([*cmd, str(context)], "build", progress, dict(os.environ, DOCKER_BUILDKIT=buildkit))
+
+
+def build_server(
+    *,
+    progress: Progress = _quiet,
+    cache_dir: Path | None = None,
+    base_image: str = BASE_IMAGE,
+    force: bool = False,
+) -> BuildResult:
+    """``labserver/server:<hash>`` (+ ``:latest``): the web service with labs/ and web/, offline."""
+    t0 = time.monotonic()
+    ensure_base_image(base_image, progress)
+    web_inputs = [
+        (n, WEB_DIR / n) for n in ("templates", "static", "package-lock.json") if (WEB_DIR / n).exists()
+    ]
+    digest = hash_inputs(
+        [
+            ("Dockerfile", IMAGES_DIR / "Dockerfile.server"),
+            ("pyproject", REPO_ROOT / "pyproject.toml"),
+            ("labserver", REPO_ROOT / "labserver"),
+            ("labs", LABS_DIR),
+            *web_inputs,
+        ],
+        [image_id(base_image)],
+    )[:12]
+    tag, stable = f"{SERVER_REPO}:{digest}", f"{SERVER_REPO}:{STABLE_TAG}"
+    if image_exists(tag) and not force:
+        _docker(["tag", tag, stable])
+        return BuildResult(tag, stable, digest, False, round(time.monotonic() - t0, 2), {})
+    cache = cache_dir or default_cache_dir()
+    context = cache / "build" / f"server-{digest}-{os.getpid()}"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    reqs = context / "requirements-server.txt"
+    reqs.write_text("\n".join(_runtime_requirements()) + "\n")
+    wheels = ensure_wheelhouse(reqs, cache, progress)
+    _link_tree(wheels, context / "wheels")
+    progress("app", "building labserver's wheel")
+    src = context / "app-src"
+    shutil.copytree(
+        REPO_ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "node_modules",
+            "__pycache__",
+            "*.pyc",
+            "*.egg-info",
+            "build",
+            "dist",
+            "tests",
+            "labs",
+            "web",
+            "bench",
+            "docs",
+            "data",
+            ".mypy_cache",
+            ".ruff_cache",
+            ".pytest_cache",
+        ),
+    )
+    _stream(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--progress-bar",
+            "off",
+            "-w",
+            str(context / "app"),
+            str(src),
+        ],
+        "app",
+        progress,
+    )
+    shutil.rmtree(src)
+    shutil.copytree(
+        LABS_DIR,
+        context / "labs",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", ".pytest_cache"),
+    )
+    shutil.copytree(WEB_DIR, context / "web", ignore=shutil.ignore_patterns("__pycache__"))
+    progress("build", f"building {tag}")
+    _docker_build(tag, stable, IMAGES_DIR / "Dockerfile.server", context, base_image, digest, progress)
+    shutil.rmtree(context, ignore_errors=True)
+    prune_old_tags(SERVER_REPO, keep=digest)
+    return BuildResult(tag, stable, digest, True, round(time.monotonic() - t0, 2), {})
+
+
+def build_postgres(*, progress: Progress = _quiet, force: bool = False) -> BuildResult:
+    """``labserver/postgres:<hash>`` (+ ``:latest``) from Debian's postgresql package, offline."""
+    t0 = time.monotonic()
+    if not image_exists(POSTGRES_BASE):
+        progress("base", f"building {POSTGRES_BASE} (Debian's postgresql)")
+        env = dict(os.environ, DOCKER=docker_cli(), EXTRA_PACKAGES="postgresql")
+        _stream(["bash", str(IMAGES_DIR / "make-base-image.sh"), POSTGRES_BASE], "base", progress, env)
+    digest = hash_inputs(
+        [
+            ("Dockerfile", IMAGES_DIR / "Dockerfile.postgres"),
+            ("entry", IMAGES_DIR / "postgres-entrypoint.sh"),
+        ],
+        [image_id(POSTGRES_BASE)],
+    )[:12]
+    tag, stable = f"{POSTGRES_REPO}:{digest}", f"{POSTGRES_REPO}:{STABLE_TAG}"
+    if image_exists(tag) and not force:
+        _docker(["tag", tag, stable])
+        return BuildResult(tag, stable, digest, False, round(time.monotonic() - t0, 2), {})
+    context = default_cache_dir() / "build" / f"postgres-{digest}-{os.getpid()}"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    for name in ("Dockerfile.postgres", "postgres-entrypoint.sh"):
+        shutil.copy2(IMAGES_DIR / name, context / name)
+    _docker_build(tag, stable, context / "Dockerfile.postgres", context, POSTGRES_BASE, digest, progress)
+    shutil.rmtree(context, ignore_errors=True)
+    prune_old_tags(POSTGRES_REPO, keep=digest)
+    return BuildResult(tag, stable, digest, True, round(time.monotonic() - t0, 2), {})

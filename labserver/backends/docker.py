@@ -115,6 +115,7 @@ class DockerBackend:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="docker")
         self._place_lock = asyncio.Lock()
         self._env_locks: dict[str, asyncio.Lock] = {}
+        self._reserved: dict[str, Running] = {}  # placed, container not made yet
         self.warm_pool = warm_pool
 
     # -- engines -----------------------------------------------------------------------------
@@ -295,41 +296,29 @@ class DockerBackend:
         if found is None and self.warm_pool is not None:
             found = await self.warm_pool.claim(self, spec, say)
         if found is None:
-            async with self._place_lock:
+            async with self._place_lock:  # only the decision is serialised, not the creation
                 await say("placing", "Choosing a lab machine")
+                usage = await self.usage()
+                usage.envs.extend(
+                    r for r in self._reserved.values() if r.env_id not in {e.env_id for e in usage.envs}
+                )
                 try:
                     placement = place(
                         await self.nodes(),
-                        await self.usage(),
+                        usage,
                         device=spec.device,
                         cpus=spec.cpus,
                         memory_mb=spec.memory_mb,
                     )
                 except NoRoom as exc:
                     raise ProvisionError(exc.message, reason=exc.reason) from exc
-                if placement.notice:
-                    await say("notice", placement.notice)
-                client = self.client(placement.node.name)
-                image = dc.image_for(spec, self.cfg)
-                await say("pulling", f"Checking the lab image on {placement.node.name} (nothing to download)")
-                await self._run(client.images.get, image)
-                await say("creating", "Creating your container")
-                config = dc.make_container_config(spec, self.cfg, placement, prefix=self.prefix)
-                await self._run(
-                    client.volumes.create,
-                    name=dc.volume_name(spec.env_id, self.prefix),
-                    labels={
-                        dc.LABEL_ENV: spec.env_id,
-                        dc.LABEL_INSTANCE: self.prefix,
-                        "labserver.event": str(spec.event_id),
-                    },
+                self._reserved[spec.env_id] = Running(
+                    spec.env_id, placement.node.name, spec.cpus, spec.memory_mb, placement.card
                 )
-                try:
-                    container = await self._run(client.containers.create, **config)
-                except docker.errors.APIError as exc:
-                    if exc.status_code != 409:  # 409: a concurrent create won; use that one
-                        raise
-                    container = await self._run(client.containers.get, config["name"])
+            try:
+                container = await self._make(spec, placement, say)
+            finally:
+                self._reserved.pop(spec.env_id, None)
             found = (container, placement.node.name)
         container, node = found
         client = self.client(node)
@@ -342,6 +331,31 @@ class DockerBackend:
         await self._seed(client, container.id, spec.labs, say)
         await say("ready", "Your environment is ready")
         return ref
+
+    async def _make(self, spec: EnvSpec, placement: Placement, say: ProgressCallback) -> Any:
+        if placement.notice:
+            await say("notice", placement.notice)
+        client = self.client(placement.node.name)
+        image = dc.image_for(spec, self.cfg)
+        await say("pulling", f"Checking the lab image on {placement.node.name} (nothing to download)")
+        await self._run(client.images.get, image)
+        await say("creating", "Creating your container")
+        config = dc.make_container_config(spec, self.cfg, placement, prefix=self.prefix)
+        await self._run(
+            client.volumes.create,
+            name=dc.volume_name(spec.env_id, self.prefix),
+            labels={
+                dc.LABEL_ENV: spec.env_id,
+                dc.LABEL_INSTANCE: self.prefix,
+                "labserver.event": str(spec.event_id),
+            },
+        )
+        try:
+            return await self._run(client.containers.create, **config)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: a concurrent create won; use that one
+                raise
+            return await self._run(client.containers.get, config["name"])
 
     async def _wait_ready(self, client: docker.DockerClient, cid: str) -> None:
         async def probe() -> None:
@@ -407,12 +421,26 @@ class DockerBackend:
             return
         name = ref.data.get("container") or dc.container_name(ref.env_id, self.prefix)
         volume = ref.data.get("volume") or dc.volume_name(ref.env_id, self.prefix)
+
+        async def remove(fn: Callable[..., Any], ident: str) -> None:
+            try:
+                await self._run(fn, ident, force=True)
+            except docker.errors.NotFound:
+                pass  # already gone: success
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409 or "in progress" not in str(exc):
+                    raise
+
         try:
-            for ident in (ref.infra_id, name):
-                with contextlib.suppress(docker.errors.NotFound):
-                    await self._run(client.api.remove_container, ident, force=True)
-            with contextlib.suppress(docker.errors.NotFound):
-                await self._run(client.api.remove_volume, volume, force=True)
+            for ident in dict.fromkeys((ref.infra_id, name)):
+                await remove(client.api.remove_container, ident)
+            # a volume is "in use" (409) until the container's removal has finished
+            await backoff(
+                lambda: remove(client.api.remove_volume, volume),
+                attempts=8,
+                first=0.1,
+                retry_on=(docker.errors.APIError,),
+            )
         except ENGINE_ERRORS as exc:
             raise BackendError(
                 f"The lab machine {ref.node} does not answer; try again.", reason="engine-down", log=repr(exc)
