@@ -409,3 +409,25 @@ def test_a_solution_the_instructor_reveals_shows_up_in_the_editor(
     show_editor(page)
     open_file(page, ".solution/rmsnorm.py")
     assert "rsqrt" in editor_text(page)
+
+
+def test_a_check_from_another_tab_updates_this_page_live(page: Page, context: BrowserContext) -> None:
+    join(page)
+    open_lab(page, step="write-file")
+    expect(page.locator("body")).to_have_attribute("data-live", "ready")
+    other = context.new_page()
+    try:
+        other.goto("/labs/getting-started?step=write-file")
+        wait_terminal(other)
+        run_in_terminal(
+            other,
+            "mkdir -p notes && printf 'Hello, Ascend!\\n\\u4f60\\u597d\\uff0c\\u6607\\u817e\\uff01\\n' > notes/hello.txt && echo written",
+        )
+        wait_terminal_line(other, "written")
+        check(other, "write-file", "passed")
+    finally:
+        other.close()
+    expect(page.locator('.step-chip[data-step="write-file"]')).to_have_class(re.compile("status-passed"))
+    expect(page.locator("#lab-progress")).to_contain_text("1/5 passed")
+    expect(page.locator("#step-write-file .check-result")).to_have_attribute("data-status", "passed")
+    expect(page.locator("#step-write-file .history-list li")).to_have_count(1)
