@@ -221,3 +221,37 @@ def test_stopped_container_is_started_again_by_create(docker_backend: DockerBack
         assert await docker_backend.read_file(ref2, "lab1/kept.txt") == b"1"
 
     asyncio.run(go())
+
+
+def test_missing_image_is_a_clear_provision_error(docker_backend: DockerBackend, make_spec: Any) -> None:
+    from labserver.backends.base import ProvisionError
+
+    async def go() -> None:
+        with pytest.raises(ProvisionError) as exc:
+            await docker_backend.create(make_spec(image="labserver/no-such-image:1"))
+        assert exc.value.reason == "image-missing"
+        assert "labserver images build" in exc.value.message
+
+    asyncio.run(go())
+
+
+def test_prepare_event_fills_the_warm_pool_from_settings(docker_backend: DockerBackend, make_spec: Any) -> None:
+    async def go() -> None:
+        event = 7000 + int(make_spec.run[:3], 16)
+        template = make_spec(event_id=event)
+        assert await docker_backend.prepare_event(event, template, size=1) == 1
+        assert await docker_backend.prepare_event(event, template, size=1) == 0
+        phases: list[str] = []
+
+        async def progress(phase: str, message: str) -> None:
+            phases.append(phase)
+
+        ref = await docker_backend.create(make_spec(event_id=event), progress)
+        assert "claimed" in phases
+        assert docker_backend.warm_pool is not None
+        await docker_backend.warm_pool.settle()
+        assert await docker_backend.prepare_event(event, template, size=0) == 0  # drains the refill
+        assert await docker_backend.warm_pool.unclaimed(event) == []
+        await docker_backend.destroy(ref)
+
+    asyncio.run(go())
