@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from labkit import emu
-from labkit.models import KVCache, TinyMoE, TinyMoEConfig, WordTokenizer, corpus
+from labkit.models import KVCache, TinyMoE, TinyMoEConfig, WordTokenizer, corpus, load_tiny_moe, tiny_moe_meta
 
 SMALL = TinyMoEConfig(
     vocab_size=50,
@@ -150,3 +153,33 @@ def test_weight_groups_cover_every_parameter_once(small: TinyMoE):
     assert sum(groups.values()) == sum(p.numel() * 4 for p in small.parameters())
     assert groups["layers.1.expert.7"] == (2 * 16 * 32 + 32 * 16) * 4
     assert len([t for t in groups if ".expert." in t]) == SMALL.n_layers * SMALL.n_routed_experts
+
+
+def test_training_script_runs_and_is_deterministic(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_tiny_moe.py"
+    outs = []
+    for run in ("a", "b"):
+        out = tmp_path / run / "tiny"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(script),
+                "--steps",
+                "3",
+                "--paragraphs",
+                "60",
+                "--batch",
+                "4",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs.append(out)
+    a, b = (out.with_suffix(".safetensors").read_bytes() for out in outs)
+    assert a == b
+    model, tok = load_tiny_moe(outs[0])
+    assert model.cfg.vocab_size == len(tok) and tiny_moe_meta(outs[0])["steps"] == 3
