@@ -19,15 +19,17 @@ The format (``schema_version`` 1, UTF-8 JSON, documented in docs/self-paced.md):
     }
 
 ``status`` is one of ``not-started | working | failing | error | passed``; ``passed_at`` is set exactly
-when the status is ``passed``; ``files`` is absent when the export was made without files.
+when the status is ``passed``; ``files`` holds the files that differ from the starter; it is absent when there are none or the
+export was made without files.
 
 Importing is all-or-nothing for the database: the whole file is read and validated first (JSON,
 format, version, every field, every path, every base64 blob), and a file that fails raises
 :class:`ProgressFileError` with a message for people before anything changes. Then every *passed*
 step of a lab and step that exist here, and that is not passed here already, is recorded as an
 imported check run (status passed, a message saying so, ``passed_at`` kept); steps that were only
-attempted are not carried over. With files, each imported lab folder is first moved to the
-workspace's ``.backups/`` (like "reset lab") and then filled with the exported files.
+attempted are not carried over. An export carries only the files that differ from the lab's starter;
+with files, each imported lab folder is first moved to the workspace's ``.backups/`` (like "reset
+lab"), seeded again from the starter, and then the exported files are written over it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import binascii
 import datetime as dt
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -227,37 +230,37 @@ def _lab_record(session: Session, *, event: Event, attendee_id: int, lab: Lab) -
     return LabRecord(id=lab.id, steps=steps)
 
 
-def _starter_files(lab: Lab) -> dict[str, bytes]:
-    root = lab.starter
-    if not root.is_dir():
-        return {}
-    return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in root.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    }
+def _same_as_starter(lab: Lab, rel: str, size: int) -> Path | None:
+    """The starter's copy of ``rel`` when it has the same size (compare bytes next), else None."""
+    path = lab.starter / rel
+    return path if path.is_file() and path.stat().st_size == size else None
 
 
 async def _lab_files(ctx: AppContext, ref: Any, lab: Lab, skipped: list[str]) -> list[FileRecord] | None:
-    """The lab folder's files, or None when it still equals the starter (nothing worth carrying)."""
+    """The lab folder's files that differ from the lab's starter (an import starts the folder from
+    the starter and writes these over it); None when there are none."""
     entries = await ctx.backend.list_files(ref, lab.id)
     prefix = lab.id + "/"
-    files: dict[str, bytes] = {}
+    out: list[FileRecord] = []
     total = 0
     for entry in entries:
         if entry.is_dir:
             continue
         rel = entry.path.removeprefix(prefix)
+        starter_copy = _same_as_starter(lab, rel, entry.size)
         if entry.size > MAX_FILE_BYTES or total + entry.size > MAX_LAB_BYTES:
-            skipped.append(f"{lab.id}/{rel} ({entry.size} bytes: too big)")
+            if (
+                starter_copy is None
+                or await ctx.backend.read_file(ref, entry.path) != starter_copy.read_bytes()
+            ):
+                skipped.append(f"{lab.id}/{rel} ({entry.size} bytes: too big)")
             continue
-        files[rel] = await ctx.backend.read_file(ref, entry.path)
-        total += len(files[rel])
-    if files == _starter_files(lab):
-        return None
-    return [
-        FileRecord(path=rel, base64=base64.b64encode(data).decode("ascii")) for rel, data in files.items()
-    ]
+        data = await ctx.backend.read_file(ref, entry.path)
+        if starter_copy is not None and data == starter_copy.read_bytes():
+            continue
+        total += len(data)
+        out.append(FileRecord(path=rel, base64=base64.b64encode(data).decode("ascii")))
+    return out or None
 
 
 async def export_progress(

@@ -50,7 +50,7 @@ def test_export_describes_progress_and_files(sp_client: TestClient) -> None:
     lab = next(r for r in exported["labs"] if r["id"] == "getting-started")
     files = {f["path"]: base64.b64decode(f["base64"]) for f in lab["files"]}
     assert files["notes/hello.txt"] == HELLO
-    assert "rmsnorm.py" in files
+    assert "rmsnorm.py" not in files  # unchanged starter files are not carried
     # a lab the learner never touched carries no files
     others = [r for r in exported["labs"] if r["id"] != "getting-started"]
     assert all("files" not in r for r in others)
