@@ -19,8 +19,8 @@ The format (``schema_version`` 1, UTF-8 JSON, documented in docs/self-paced.md):
     }
 
 ``status`` is one of ``not-started | working | failing | error | passed``; ``passed_at`` is set exactly
-when the status is ``passed``; ``files`` holds the files that differ from the starter; it is absent when there are none or the
-export was made without files.
+when the status is ``passed``; ``files`` holds the files that differ from the lab's starter and is
+absent when there are none or the export was made without files.
 
 Importing is all-or-nothing for the database: the whole file is read and validated first (JSON,
 format, version, every field, every path, every base64 blob), and a file that fails raises
