@@ -251,3 +251,17 @@ def test_docker_backend_without_an_engine_is_a_clear_error(tmp_path: Path) -> No
     assert res.returncode == 2
     assert "--backend docker: no Docker engine answers" in res.stderr
     assert not (tmp_path / "data").exists()  # nothing was made
+
+
+def test_unknown_lab_is_a_clear_error(tmp_path: Path) -> None:
+    res = _run(["selfpaced", "no-such-lab", "--no-browser"], _env(tmp_path / "data"), tmp_path)
+    assert res.returncode == 2
+    assert "There is no lab 'no-such-lab'" in res.stderr and "getting-started" in res.stderr
+
+
+def test_progress_export_to_stdout(tmp_path: Path) -> None:
+    res = _run(["progress", "export", "-", "--no-files"], _env(tmp_path / "data"), tmp_path)
+    assert res.returncode == 0, res.stderr
+    exported = json.loads(res.stdout)
+    assert exported["format"] == "labserver-progress"
+    assert all("files" not in lab for lab in exported["labs"])
