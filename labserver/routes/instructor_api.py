@@ -184,10 +184,13 @@ def stuck(event_id: int, ctx: Ctx, session: SessionDep) -> list[dict[str, Any]]:
 
 
 @router.get("/events/{event_id}/stream")
-async def stream(event_id: int, ctx: Ctx, session: SessionDep) -> EventSourceResponse:
+async def stream(event_id: int, ctx: Ctx) -> EventSourceResponse:
     """SSE: ``ready``, then deltas: ``cell`` (one grid cell, same list as in ``cells``), ``run`` (a
-    check started), ``env``, ``help``, ``announcement``, ``pace``, ``resync``, ..."""
-    event = get_event(session, event_id)
+    check started), ``env``, ``help``, ``announcement``, ``pace``, ``resync``, ...
+
+    No request-scoped session here: it would hold a pooled connection for the stream's lifetime."""
+    with Session(ctx.engine, expire_on_commit=False) as session:
+        event = get_event(session, event_id)
     sub = ctx.live.subscribe(event_id)
     return EventSourceResponse(instructor_stream(ctx, event, sub), ping=15)
 

@@ -36,7 +36,7 @@ def chart_svg(facts: RoomFacts, lab_id: str | None = None, *, lang: str = "en") 
         for lab in facts.labs
         for i, s in enumerate(lab.steps)
     }
-    starts = [s.at for s in facts.starts] + [r.at for r in facts.runs]
+    starts = [r.start for r in facts.steps if r.start is not None]
     t0 = min(starts) if starts else facts.now
     span = max(60.0, (facts.now - t0).total_seconds())
     total = max(1, len(facts.attendees))

@@ -1,8 +1,8 @@
 """The instructor's view of a room: the progress grid (attendees x steps), per-cell deltas for the live
 stream, per-step summaries and the funnel, stuck flags, results export and completion over time.
 
-Everything is computed from three narrow queries (attendees, check-run columns without logs, step
-starts) loaded once into :class:`RoomFacts`, so the grid of 300 attendees x 40 steps is one pass.
+Everything is computed from a few queries loaded once into :class:`RoomFacts`: attendees, check runs
+aggregated in SQL to one row per (attendee, step), step starts, environment states.
 
 Grid payload (``grid()``), compact on purpose:
 ``columns`` lists ``[lab_id, step_id]`` in event order; ``attendees`` holds ``[id, name, env_state]``;
@@ -16,10 +16,11 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import case, func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -29,7 +30,7 @@ from labserver.models import Attendee, CheckRun, Environment, Event, StepStart
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs
 from labserver.services.progress import unlocked_steps
-from labserver.services.stuck import RunFact, StartFact, StepKey, StuckFlag, detect_stuck
+from labserver.services.stuck import StepKey, StepSummary, StuckFlag, detect_stuck_steps
 
 #: status -> one-letter code used in the payload (not started cells are absent)
 CELL_CODES = {"working": "w", "failing": "f", "passed": "p", "error": "e"}
@@ -53,21 +54,30 @@ class Cell:
         return max(0.0, (end - self.start).total_seconds())
 
 
-def cell_from(runs: Sequence[RunFact], start: dt.datetime | None) -> Cell | None:
-    """The cell of one attendee on one step from its runs (in time order) and when they opened it."""
-    finished = [r for r in runs if r.status != "running"]
-    times = [r.at for r in runs] + ([start] if start else [])
-    if not times:
+@dataclass
+class StepRow:
+    """One attendee on one step, as the aggregate query returns it."""
+
+    attendee_id: int
+    lab: str
+    step: str
+    start: dt.datetime | None  # earliest of: opened the step, first check
+    first_pass: dt.datetime | None
+    attempts: int  # finished checks
+    failed: int  # failed checks (never passed: all of them are "in a row", errors skipped)
+    last_failed_id: int | None
+    last_error_id: int | None
+
+
+def cell_of(row: StepRow) -> Cell | None:
+    if row.start is None:
         return None
-    begin = min(times)
-    first_pass = next((r for r in finished if r.status == "passed"), None)
-    if first_pass is not None:
-        return Cell("passed", len(finished), begin, first_pass.at)
-    if finished:
-        return Cell(
-            "error" if finished[-1].status in ("error", "timeout") else "failing", len(finished), begin
-        )
-    return Cell("working", 0, begin)
+    if row.first_pass is not None:
+        return Cell("passed", row.attempts, row.start, row.first_pass)
+    if row.attempts:
+        error_last = (row.last_error_id or 0) > (row.last_failed_id or 0)
+        return Cell("error" if error_last else "failing", row.attempts, row.start)
+    return Cell("working", 0, row.start)
 
 
 @dataclass
@@ -75,45 +85,66 @@ class RoomFacts:
     event: Event
     labs: list[Lab]
     attendees: list[Attendee]
-    runs: list[RunFact]
-    starts: list[StartFact]
+    steps: list[StepRow]
     env_states: dict[int, str] = field(default_factory=dict)
     now: dt.datetime = field(default_factory=clock.now)
+    _cells: dict[tuple[int, StepKey], Cell] | None = None
 
     @property
     def columns(self) -> list[StepKey]:
         return [(lab.id, step.id) for lab in self.labs for step in lab.steps]
 
     def cells(self) -> dict[tuple[int, StepKey], Cell]:
-        runs: dict[tuple[int, StepKey], list[RunFact]] = {}
-        for r in self.runs:
-            runs.setdefault((r.attendee_id, (r.lab, r.step)), []).append(r)
-        starts = {(s.attendee_id, (s.lab, s.step)): s.at for s in self.starts}
-        out = {}
-        for key in set(runs) | set(starts):
-            cell = cell_from(runs.get(key, []), starts.get(key))
-            if cell is not None:
-                out[key] = cell
-        return out
+        if self._cells is None:
+            self._cells = {}
+            for row in self.steps:
+                cell = cell_of(row)
+                if cell is not None:
+                    self._cells[(row.attendee_id, (row.lab, row.step))] = cell
+        return self._cells
+
+    def summaries(self) -> list[StepSummary]:
+        return [
+            StepSummary(
+                r.attendee_id,
+                r.lab,
+                r.step,
+                r.start,
+                r.first_pass,
+                0 if r.first_pass is not None else r.failed,
+            )
+            for r in self.steps
+        ]
+
+
+def _when(t: dt.datetime | None) -> dt.datetime | None:
+    return None if t is None else aware(t)
 
 
 def load_facts(
     ctx: AppContext, session: Session, event: Event, *, attendee_id: int | None = None
 ) -> RoomFacts:
-    """Everything the room views need, in three narrow queries (one attendee when ``attendee_id``)."""
+    """Everything the room views need: attendees, one aggregate row per (attendee, step) touched
+    (check runs grouped in SQL, so no log or per-run row leaves the database), step starts and
+    environment states (one attendee when ``attendee_id``)."""
     labs = [ctx.catalog.labs[lab_id] for lab_id in event_labs(ctx, event)]
+    status = col(CheckRun.status)
+    run_id = col(CheckRun.id)
     q_att = select(Attendee).where(col(Attendee.event_id) == event.id).order_by(col(Attendee.id))
     q_runs = (
         sa_select(
             col(CheckRun.attendee_id),
             col(CheckRun.lab_id),
             col(CheckRun.step_id),
-            col(CheckRun.status),
-            col(CheckRun.created_at),
-            col(CheckRun.finished_at),
+            func.min(col(CheckRun.created_at)),
+            func.min(case((status == "passed", col(CheckRun.finished_at)))),
+            func.count(case((status != "running", 1))),
+            func.count(case((status == "failed", 1))),
+            func.max(case((status == "failed", run_id))),
+            func.max(case((status.in_(["error", "timeout"]), run_id))),
         )
         .where(col(CheckRun.event_id) == event.id)
-        .order_by(col(CheckRun.id))
+        .group_by(col(CheckRun.attendee_id), col(CheckRun.lab_id), col(CheckRun.step_id))
     )
     q_starts = (
         sa_select(
@@ -133,17 +164,25 @@ def load_facts(
         q_runs = q_runs.where(col(CheckRun.attendee_id) == attendee_id)
         q_starts = q_starts.where(col(StepStart.attendee_id) == attendee_id)
         q_env = q_env.where(col(Environment.attendee_id) == attendee_id)
-    runs = [
-        RunFact(a, lab, step, str(status), aware(finished or created))
-        for a, lab, step, status, created, finished in session.execute(q_runs).all()
-    ]
-    starts = [StartFact(a, lab, step, aware(at)) for a, lab, step, at in session.execute(q_starts).all()]
+    rows: dict[tuple[int, str, str], StepRow] = {}
+    for a, lab, step, first_run, first_pass, attempts, failed, last_failed, last_error in session.execute(
+        q_runs
+    ).all():
+        rows[(a, lab, step)] = StepRow(
+            a, lab, step, _when(first_run), _when(first_pass), attempts, failed, last_failed, last_error
+        )
+    for a, lab, step, at in session.execute(q_starts).all():
+        at = aware(at)
+        row = rows.get((a, lab, step))
+        if row is None:
+            rows[(a, lab, step)] = StepRow(a, lab, step, at, None, 0, 0, None, None)
+        elif row.start is None or at < row.start:
+            row.start = at
     return RoomFacts(
         event=event,
         labs=labs,
         attendees=list(session.exec(q_att).all()),
-        runs=runs,
-        starts=starts,
+        steps=list(rows.values()),
         env_states={a: str(s) for a, s in session.execute(q_env).all()},
     )
 
@@ -224,9 +263,8 @@ def expected_times(labs: Iterable[Lab]) -> dict[StepKey, float]:
 
 
 def stuck(ctx: AppContext, facts: RoomFacts) -> dict[int, StuckFlag]:
-    return detect_stuck(
-        runs=facts.runs,
-        starts=facts.starts,
+    return detect_stuck_steps(
+        facts.summaries(),
         now=facts.now,
         settings=ctx.settings.stuck,
         expected_s=expected_times(facts.labs),

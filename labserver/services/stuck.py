@@ -58,29 +58,41 @@ class StuckFlag:
 
 
 @dataclass
-class _Track:
-    start: dt.datetime | None = None
+class StepSummary:
+    """One attendee on one step, summarized: what :func:`detect_stuck_steps` needs (the room service
+    builds these with one aggregate query)."""
+
+    attendee_id: int
+    lab: str
+    step: str
+    start: dt.datetime | None = None  # opened the step, or first checked it
     first_pass: dt.datetime | None = None
-    statuses: list[str] = field(default_factory=list)  # finished runs, in order
-
-    def begin(self, at: dt.datetime) -> None:
-        if self.start is None or at < self.start:
-            self.start = at
+    failed_in_a_row: int = 0  # trailing failed checks (errors skipped)
 
 
-def _tracks(runs: Iterable[RunFact], starts: Iterable[StartFact]) -> dict[int, dict[StepKey, _Track]]:
-    out: dict[int, dict[StepKey, _Track]] = {}
+def summarize(runs: Iterable[RunFact], starts: Iterable[StartFact]) -> list[StepSummary]:
+    out: dict[tuple[int, str, str], StepSummary] = {}
+    statuses: dict[tuple[int, str, str], list[str]] = {}
+
+    def track(attendee_id: int, lab: str, step: str, at: dt.datetime) -> StepSummary:
+        key = (attendee_id, lab, step)
+        summary = out.setdefault(key, StepSummary(attendee_id, lab, step))
+        if summary.start is None or at < summary.start:
+            summary.start = at
+        return summary
+
     for s in starts:
-        out.setdefault(s.attendee_id, {}).setdefault((s.lab, s.step), _Track()).begin(s.at)
+        track(s.attendee_id, s.lab, s.step, s.at)
     for r in sorted(runs, key=lambda r: r.at):
-        track = out.setdefault(r.attendee_id, {}).setdefault((r.lab, r.step), _Track())
-        track.begin(r.at)
+        summary = track(r.attendee_id, r.lab, r.step, r.at)
         if r.status == "running":
             continue
-        track.statuses.append(r.status)
-        if r.status == "passed" and track.first_pass is None:
-            track.first_pass = r.at
-    return out
+        statuses.setdefault((r.attendee_id, r.lab, r.step), []).append(r.status)
+        if r.status == "passed" and summary.first_pass is None:
+            summary.first_pass = r.at
+    for key, summary in out.items():
+        summary.failed_in_a_row = failures_in_a_row(statuses.get(key, []))
+    return list(out.values())
 
 
 def failures_in_a_row(statuses: list[str]) -> int:
@@ -95,20 +107,58 @@ def failures_in_a_row(statuses: list[str]) -> int:
 
 
 def typical_times(
-    tracks: Mapping[int, Mapping[StepKey, _Track]], expected_s: Mapping[StepKey, float] | None = None
+    steps: Iterable[StepSummary], expected_s: Mapping[StepKey, float] | None = None
 ) -> dict[StepKey, float]:
     """The typical seconds to pass each step: the median over the room once MIN_SAMPLES passed it,
     else the expected time when one is given."""
     samples: dict[StepKey, list[float]] = {}
-    for steps in tracks.values():
-        for key, t in steps.items():
-            if t.first_pass is not None and t.start is not None:
-                samples.setdefault(key, []).append(max(0.0, (t.first_pass - t.start).total_seconds()))
+    for t in steps:
+        if t.first_pass is not None and t.start is not None:
+            samples.setdefault((t.lab, t.step), []).append(max(0.0, (t.first_pass - t.start).total_seconds()))
     out: dict[StepKey, float] = dict(expected_s or {})
     for key, values in samples.items():
         if len(values) >= MIN_SAMPLES:
             out[key] = statistics.median(values)
     return out
+
+
+def detect_stuck_steps(
+    steps: Iterable[StepSummary],
+    *,
+    now: dt.datetime,
+    settings: StuckSettings,
+    expected_s: Mapping[StepKey, float] | None = None,
+) -> dict[int, StuckFlag]:
+    """Flags by attendee id (only attendees who are stuck appear), from per-step summaries."""
+    steps = list(steps)
+    typical = typical_times(steps, expected_s)
+    current: dict[int, StepSummary] = {}
+    for t in steps:
+        if t.first_pass is None and t.start is not None:
+            best = current.get(t.attendee_id)
+            if best is None or (t.start, t.lab, t.step) > (best.start, best.lab, best.step):  # type: ignore[operator]
+                current[t.attendee_id] = t
+    flags: dict[int, StuckFlag] = {}
+    for attendee_id, t in current.items():
+        assert t.start is not None
+        on_step = max(0.0, (now - t.start).total_seconds())
+        reasons: list[str] = []
+        usual = typical.get((t.lab, t.step))
+        if usual is not None and on_step >= max(settings.time_factor * usual, settings.min_seconds):
+            reasons.append("slow")
+        if settings.failed_in_a_row > 0 and t.failed_in_a_row >= settings.failed_in_a_row:
+            reasons.append("failing")
+        if reasons:
+            flags[attendee_id] = StuckFlag(
+                attendee_id=attendee_id,
+                lab=t.lab,
+                step=t.step,
+                reasons=tuple(reasons),
+                seconds_on_step=on_step,
+                typical_s=usual,
+                failures_in_a_row=t.failed_in_a_row,
+            )
+    return flags
 
 
 def detect_stuck(
@@ -119,33 +169,5 @@ def detect_stuck(
     settings: StuckSettings,
     expected_s: Mapping[StepKey, float] | None = None,
 ) -> dict[int, StuckFlag]:
-    """Flags by attendee id (only attendees who are stuck appear)."""
-    tracks = _tracks(runs, starts)
-    typical = typical_times(tracks, expected_s)
-    flags: dict[int, StuckFlag] = {}
-    for attendee_id, steps in tracks.items():
-        open_steps = [(t.start, key) for key, t in steps.items() if t.first_pass is None and t.start]
-        if not open_steps:
-            continue
-        start, key = max(open_steps)
-        track = steps[key]
-        assert start is not None
-        on_step = max(0.0, (now - start).total_seconds())
-        reasons: list[str] = []
-        usual = typical.get(key)
-        if usual is not None and on_step >= max(settings.time_factor * usual, settings.min_seconds):
-            reasons.append("slow")
-        fails = failures_in_a_row(track.statuses)
-        if settings.failed_in_a_row > 0 and fails >= settings.failed_in_a_row:
-            reasons.append("failing")
-        if reasons:
-            flags[attendee_id] = StuckFlag(
-                attendee_id=attendee_id,
-                lab=key[0],
-                step=key[1],
-                reasons=tuple(reasons),
-                seconds_on_step=on_step,
-                typical_s=usual,
-                failures_in_a_row=fails,
-            )
-    return flags
+    """Flags by attendee id (only attendees who are stuck appear), from raw check runs and starts."""
+    return detect_stuck_steps(summarize(runs, starts), now=now, settings=settings, expected_s=expected_s)
