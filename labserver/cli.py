@@ -45,7 +45,6 @@ def serve(
     from sqlmodel import Session
 
     from labserver.app import create_app
-    from labserver.services.environments import event_labs
     from labserver.services.events import ensure_default_event
 
     settings = Settings()
@@ -63,15 +62,10 @@ def serve(
     application = create_app(settings)
     ctx = application.state.ctx
     with Session(ctx.engine) as session:
-        from labserver.models import Event
-
-        probe = Event(code="-", title="-", labs=[])
-        event, created = ensure_default_event(
-            session,
-            title=settings.default_event_title,
-            labs=event_labs(ctx, probe),
-            code=settings.default_event_code,
-        )
+        # broken labs are listed too: they show as unavailable now and work once fixed
+        labs = list(ctx.catalog.labs) + sorted(ctx.catalog.broken)
+        event, created = ensure_default_event(session, title=settings.default_event_title, labs=labs,
+                                              code=settings.default_event_code)
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     typer.echo("")
     typer.echo(f"  labserver is starting on {url}")
