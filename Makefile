@@ -50,9 +50,11 @@ test-postgres: setup web
 
 test: lint typecheck unit e2e test-postgres ## ruff, mypy, pytest (unit, integration, browser, PostgreSQL)
 
-messages: setup ## extract UI strings and update the Chinese catalogs
-	$(BIN)/pybabel extract -F babel.cfg -o /tmp/labserver-messages.pot labserver web/templates
-	$(BIN)/pybabel update -i /tmp/labserver-messages.pot -d labserver/locale -l zh -D messages --no-fuzzy-matching
+messages: setup ## extract attendee UI strings (babel.cfg) and update the Chinese catalog
+	mkdir -p build
+	$(BIN)/pybabel extract -F babel.cfg -k "gettext:2,2t" -k "gettext:1,1t" -k _ -k N_ -k JoinError \
+	    --no-location --sort-output --omit-header -o build/messages.pot .
+	$(BIN)/pybabel update -i build/messages.pot -d labserver/locale -D messages -l zh --no-fuzzy-matching
 
 dist: setup web ## a wheel carrying the web assets and the labs
 	$(BIN)/python -m labserver.packaging build
