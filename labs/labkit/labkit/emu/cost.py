@@ -41,6 +41,28 @@ class OpCost:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
+def rates(
+    profile: DeviceProfile, engine: str, dtype: str | None, graph_mode: bool, scale: float
+) -> tuple[float, float, float]:
+    """(FLOP/s, bytes/s, seconds per launch) of ``engine``; FLOP/s is 0 for the copy engines."""
+    launch = (profile.graph_launch_overhead if graph_mode else profile.launch_overhead).value
+    if engine == "device":
+        return profile.peak(dtype) * scale, profile.hbm_bandwidth.value * scale, launch
+    if engine == "host":
+        return profile.host.flops.value * scale, profile.host.mem_bandwidth.value * scale, 0.0
+    if engine == "h2d":
+        return 0.0, profile.h2d_bandwidth.value * scale, launch
+    if engine == "d2h":
+        return 0.0, profile.d2h_bandwidth.value * scale, launch
+    raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+
+
+def cost_from_rates(r: tuple[float, float, float], flops: float, bytes: float, launches: int) -> OpCost:
+    if flops < 0 or bytes < 0 or launches < 0:
+        raise ValueError(f"negative cost figures: flops={flops}, bytes={bytes}, launches={launches}")
+    return OpCost(flops / r[0] if r[0] else 0.0, bytes / r[1], r[2] * launches)
+
+
 def op_cost(
     profile: DeviceProfile,
     *,
@@ -53,20 +75,4 @@ def op_cost(
     scale: float = 1.0,
 ) -> OpCost:
     """Emulated cost of one op under ``profile`` at toy ``scale`` (see the module docstring)."""
-    if flops < 0 or bytes < 0 or launches < 0:
-        raise ValueError(f"negative cost figures: flops={flops}, bytes={bytes}, launches={launches}")
-    launch = (profile.graph_launch_overhead if graph_mode else profile.launch_overhead).value
-    if engine == "device":
-        return OpCost(
-            flops / (profile.peak(dtype) * scale),
-            bytes / (profile.hbm_bandwidth.value * scale),
-            launch * launches,
-        )
-    if engine == "host":
-        host = profile.host
-        return OpCost(flops / (host.flops.value * scale), bytes / (host.mem_bandwidth.value * scale), 0.0)
-    if engine == "h2d":
-        return OpCost(0.0, bytes / (profile.h2d_bandwidth.value * scale), launch * launches)
-    if engine == "d2h":
-        return OpCost(0.0, bytes / (profile.d2h_bandwidth.value * scale), launch * launches)
-    raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    return cost_from_rates(rates(profile, engine, dtype, graph_mode, scale), flops, bytes, launches)

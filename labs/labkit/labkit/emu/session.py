@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
-from .cost import ENGINES, op_cost
+from .cost import cost_from_rates, rates
 from .memory import DeviceMemory
 from .profiles import DEFAULT_SCALE, DeviceProfile, get_profile
 from .report import EmuReport, OpStats, StreamRow
@@ -109,6 +109,7 @@ class EmuSession:
         self._h2d = 0
         self._d2h = 0
         self._launches = 0
+        self._rates: dict[tuple[str, str | None, bool], tuple[float, float, float]] = {}
         self._t0: float | None = None
         self._measured_s: float | None = None
         self.memory = DeviceMemory(
@@ -158,18 +159,11 @@ class EmuSession:
         dtype: str | None = None,
     ) -> float:
         """Charge one op; returns its emulated duration in ms (0 in measured mode)."""
-        if engine not in ENGINES:
-            raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
-        cost = op_cost(
-            self.profile,
-            flops=flops,
-            bytes=bytes,
-            launches=launches,
-            engine=engine,
-            dtype=dtype,
-            graph_mode=self.in_graph,
-            scale=self.scale,
-        )
+        key = (engine, dtype, self.in_graph)
+        r = self._rates.get(key)
+        if r is None:
+            r = self._rates[key] = rates(self.profile, engine, dtype, self.in_graph, self.scale)
+        cost = cost_from_rates(r, flops, bytes, launches)
         name = stream or self.current_stream
         floor = self._stream_stack[-1][1] if stream is None else self._floor_for(name)
         dur = cost.total_s if self._measurer is None else 0.0
