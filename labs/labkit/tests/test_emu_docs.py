@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from labkit import emu
@@ -41,3 +42,15 @@ def test_emulation_and_model_sections_exist():
         assert f"`{name}`" in text, name
     for api in ("account(", "session(", "current()", "OutOfDeviceMemory", "host_compute", "to_json()"):
         assert api in text, api
+
+
+def test_the_python_examples_in_both_sections_run():
+    text = _doc()
+    section = text[text.index("## Emulated device") :]
+    nxt = re.search(r"^## (?!Emulated device|Tiny models)", section[3:], re.M)
+    if nxt:
+        section = section[: nxt.start() + 3]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        exec(compile(block, "docs/labkit.md", "exec"), {})
