@@ -269,3 +269,17 @@ def test_profile_none_follows_labkit_device(monkeypatch):
     monkeypatch.setenv("LABKIT_PROFILE", "950DT")
     with emu.session(None) as s:
         assert s.profile.name == "950DT" and s.mode == "emulated"
+
+
+def test_on_host_charges_device_ops_to_the_cpu_and_paused_charges_nothing():
+    with emu.session("910B", measurer=False) as s:
+        with s.on_host():
+            emu.account("expert", flops=1e6, bytes=2e6)
+        emu.account("expert_dev", flops=1e6, bytes=2e6)
+        with s.paused():
+            emu.account("reference", flops=1e9, bytes=1e9)
+        r = s.report()
+    assert r.ops["expert"].engine == "host" and r.ops["expert"].launches == 1
+    assert r.ops["expert"].time_ms == pytest.approx(2e6 / (142e9 / 1024) * 1e3)
+    assert r.ops["expert_dev"].engine == "device"
+    assert "reference" not in r.ops

@@ -98,6 +98,8 @@ class EmuSession:
             raise ValueError(f"scale must be positive, got {scale}")
         self.graph_mode = graph_mode
         self._graph_depth = 0
+        self._engine_override: list[str] = []
+        self._paused = 0
         # measurer=True: decide from labkit.device; None/False: always emulate; object: use it
         self._measurer: Measurer | None = (
             _default_measurer() if measurer is True else (None if measurer is False else measurer)
@@ -158,7 +160,15 @@ class EmuSession:
         stream: str | None = None,
         dtype: str | None = None,
     ) -> float:
-        """Charge one op; returns its emulated duration in ms (0 in measured mode)."""
+        """Charge one op; returns its emulated duration in ms (0 in measured mode).
+
+        Inside ``on_host()`` device ops are charged to the host instead; inside ``paused()``
+        nothing is charged (returns 0).
+        """
+        if self._paused:
+            return 0.0
+        if engine == "device" and self._engine_override:
+            engine = self._engine_override[-1]
         key = (engine, dtype, self.in_graph)
         r = self._rates.get(key)
         if r is None:
@@ -224,6 +234,26 @@ class EmuSession:
             yield
         finally:
             self._graph_depth -= 1
+
+    @contextmanager
+    def on_host(self) -> Iterator[None]:
+        """Charge the device ops issued inside to the host CPU (host FLOP/s and bandwidth, no
+        launch cost): run ordinary model code, such as one expert, "on the CPU". Combine with
+        ``stream("cpu")`` to overlap it with the device."""
+        self._engine_override.append("host")
+        try:
+            yield
+        finally:
+            self._engine_override.pop()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Charge nothing inside (e.g. a reference computation inside a measured region)."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
 
     def synchronize(self) -> None:
         """Wait for every stream (device-wide sync)."""
