@@ -84,6 +84,7 @@ def test_every_required_mistake_has_a_fixture() -> None:
     } <= names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", FIXTURE_FILES, ids=[p.stem for p in FIXTURE_FILES])
 def test_checker_fails_wrong_solution(tmp_path: Path, fixture: Path) -> None:
     spec = json.loads(fixture.read_text(encoding="utf-8"))
