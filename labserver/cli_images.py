@@ -79,3 +79,20 @@ def build_services(
         if exc.log:
             typer.echo(exc.log, err=True)
         raise typer.Exit(1) from exc
+
+
+@app.command("context")
+def context(out: Annotated[Path, typer.Argument(help="Folder to write the build context to.")]) -> None:
+    """Write the lab-image build context (wheels, labkit wheel, Dockerfiles) without building, e.g. to
+    build Dockerfile.npu on an NPU node after adding the torch_npu wheel to wheels-npu/."""
+    try:
+        images.assemble_context(out, progress=_printer(False))
+    except images.ImageBuildError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(
+        f"context written to {out}; on an NPU node: put the torch_npu wheel in {out}/wheels-npu/, then"
+    )
+    typer.echo(
+        f"  docker build -f {out}/Dockerfile.npu --build-arg BASE_IMAGE=<CANN image> -t labserver/npu {out}"
+    )

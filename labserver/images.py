@@ -232,6 +232,28 @@ def cpu_emu_hash(
     )[:12]
 
 
+def assemble_context(
+    dest: Path,
+    *,
+    progress: Progress = _quiet,
+    cache_dir: Path | None = None,
+    images_dir: Path = IMAGES_DIR,
+    labkit_dir: Path = LABKIT_DIR,
+) -> Path:
+    """Write a lab-image build context to ``dest`` (wheels/, labkit/, the Dockerfiles and the
+    requirements) without building: for ``Dockerfile.npu`` on an NPU node (add wheels-npu/ there)."""
+    wheels = ensure_wheelhouse(
+        images_dir / "requirements-cpu-emu.txt", cache_dir or default_cache_dir(), progress
+    )
+    dest.mkdir(parents=True, exist_ok=True)
+    build_labkit_wheel(dest / "labkit", progress, labkit_dir)
+    _link_tree(wheels, dest / "wheels")
+    (dest / "wheels-npu").mkdir(exist_ok=True)
+    for name in ("Dockerfile.cpu-emu", "Dockerfile.npu", "requirements-cpu-emu.txt"):
+        shutil.copy2(images_dir / name, dest / name)
+    return dest
+
+
 def build_cpu_emu(
     *,
     progress: Progress = _quiet,

@@ -40,3 +40,13 @@ def test_npu_dockerfile_structure() -> None:
     assert any(c.startswith("wheels/") for c in copies) and any(c.startswith("labkit/") for c in copies)
     # Device files are never baked in: the scheduler passes them at run time.
     assert "/dev/davinci" not in " ".join(r for w, r in ins)
+
+
+def test_npu_dockerfile_copies_only_what_the_assembled_context_holds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ctx = images.assemble_context(tmp_path / "ctx")
+    text = (ctx / "Dockerfile.npu").read_text()
+    sources = [r.split()[0] for w, r in _instructions(text) if w == "COPY"]
+    for src in sources:
+        assert (ctx / src.rstrip("/")).exists(), src
+    assert list((ctx / "labkit").glob("labkit-*.whl"))
+    assert any(p.name.startswith("torch-2.13.0") for p in (ctx / "wheels").iterdir())
