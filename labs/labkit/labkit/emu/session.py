@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
-from .cost import cost_from_rates, rates
+from .cost import rates
 from .memory import DeviceMemory
 from .profiles import DEFAULT_SCALE, DeviceProfile, get_profile
 from .report import EmuReport, OpStats, StreamRow
@@ -169,23 +169,38 @@ class EmuSession:
             return 0.0
         if engine == "device" and self._engine_override:
             engine = self._engine_override[-1]
-        key = (engine, dtype, self.in_graph)
+        graph = self.graph_mode or self._graph_depth > 0
+        key = (engine, dtype, graph)
         r = self._rates.get(key)
         if r is None:
-            r = self._rates[key] = rates(self.profile, engine, dtype, self.in_graph, self.scale)
-        cost = cost_from_rates(r, flops, bytes, launches)
-        name = stream or self.current_stream
-        floor = self._stream_stack[-1][1] if stream is None else self._floor_for(name)
-        dur = cost.total_s if self._measurer is None else 0.0
+            r = self._rates[key] = rates(self.profile, engine, dtype, graph, self.scale)
+        if flops < 0 or bytes < 0 or launches < 0:
+            raise ValueError(
+                f"negative cost figures for {op!r}: flops={flops}, bytes={bytes}, launches={launches}"
+            )
+        # the cost model of cost.op_cost, inlined: this runs for every op of every model
+        compute = flops / r[0] if r[0] else 0.0
+        memory = bytes / r[1]
+        launch = r[2] * launches
+        roof = compute if compute > memory else memory
+        bound = "launch" if launch > roof else ("compute" if compute >= memory else "memory")
+        top = self._stream_stack[-1]
+        if stream is None:
+            name, floor = top[0], top[1]
+        else:
+            name, floor = stream, self._floor_for(stream)
+        dur = roof + launch if self._measurer is None else 0.0
         self._timeline.issue(name, engine, dur, floor)
-        st = self._ops.setdefault(op, OpStats(op=op, engine=engine))
+        st = self._ops.get(op)
+        if st is None:
+            st = self._ops[op] = OpStats(op=op, engine=engine)
         st.count += 1
         st.launches += launches
         st.fused += int(fused)
         st.flops += flops
         st.bytes += bytes
         st.time_ms += dur * 1e3
-        st.bound[cost.bound] = st.bound.get(cost.bound, 0) + 1
+        st.bound[bound] = st.bound.get(bound, 0) + 1
         if engine != st.engine and st.engine != "mixed":
             st.engine = "mixed"
         self._bound_by_engine[engine] = self._bound_by_engine.get(engine, 0.0) + dur

@@ -46,11 +46,18 @@ class Timeline:
         self, stream: str, engine: str, duration_s: float, not_before: float = 0.0
     ) -> tuple[float, float]:
         """Place an op of ``duration_s`` on ``stream`` using ``engine``; returns (start, end)."""
-        start = max(self.clock(stream), self.engine_free.get(engine, 0.0), not_before)
+        start = self.clocks.get(stream, 0.0)
+        free = self.engine_free.get(engine, 0.0)
+        if free > start:
+            start = free
+        if not_before > start:
+            start = not_before
         end = start + duration_s
         self.clocks[stream] = end
         self.engine_free[engine] = end
-        st = self.stats.setdefault(stream, StreamStats())
+        st = self.stats.get(stream)
+        if st is None:
+            st = self.stats[stream] = StreamStats()
         st.busy_s += duration_s
         st.ops += 1
         return start, end

@@ -63,7 +63,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, op: str = "matmul") -> torch.Tensor
     y = x @ w.t()
     if emu.accounting_active():
         m = x.numel() // x.shape[-1]
-        emu.account(op, flops=2.0 * m * w.shape[0] * w.shape[1], bytes=_nb(x, w, y), dtype=_dt(w))
+        n, k = w.shape
+        nbytes = (x.numel() + y.numel()) * x.element_size() + n * k * w.element_size()
+        emu.account(op, flops=2.0 * m * n * k, bytes=float(nbytes), dtype=_dt(w))
     return y
 
 

@@ -153,8 +153,7 @@ class MoE(nn.Module):
         """Weighted sum of each token's k experts (a lab may override this: offload, hot sets)."""
         out = torch.zeros_like(x)
         if x.shape[0] == 1:
-            for j in range(self.top_k):
-                e = int(idx[0, j])
+            for j, e in enumerate(idx[0].tolist()):
                 out = out + w[0, j] * self.expert(e, x)
             return out
         for e in torch.unique(idx).tolist():
