@@ -174,6 +174,10 @@ class LocalBackend:
         data = self.settings.data_dir.resolve()
         return [data] if data != Path("/") else []
 
+    def _runtime(self) -> list[Path]:
+        """Folders sandboxed processes need to see (a venv or labs under /tmp would vanish)."""
+        return [Path(sys.prefix), Path(sys.base_prefix), self.settings.labs_dir]
+
     # -- lifecycle -------------------------------------------------------------------------
     async def create(self, spec: EnvSpec, progress: ProgressCallback | None = None) -> EnvRef:
         ws = self.root / spec.env_id
@@ -240,6 +244,7 @@ class LocalBackend:
             argv,
             bwrap=self.bwrap,
             hide=self._hidden(),
+            keep=self._runtime(),
             writable=[] if readonly else [ws],
             readonly=[ws] if readonly else [],
             chdir=workdir,
@@ -282,7 +287,13 @@ class LocalBackend:
         argv = [self.python, "-I", str(checker)]
         # the checker's folder is bound explicitly: labs may live under /tmp, which the sandbox replaces
         cmd = sandbox.wrap(
-            argv, bwrap=self.bwrap, hide=self._hidden(), writable=[], readonly=[ws, checker.parent], chdir=lab_dir
+            argv,
+            bwrap=self.bwrap,
+            hide=self._hidden(),
+            keep=self._runtime(),
+            writable=[],
+            readonly=[ws, checker.parent],
+            chdir=lab_dir,
         )
         start = time.monotonic()
         try:
@@ -361,6 +372,7 @@ class LocalBackend:
             ["bash", "--noprofile", "--norc", "-i"],
             bwrap=self.bwrap,
             hide=self._hidden(),
+            keep=self._runtime(),
             writable=[ws],
             chdir=workdir,
             network=False,

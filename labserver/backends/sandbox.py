@@ -33,8 +33,10 @@ def wrap(
     chdir: Path,
     network: bool = False,
     new_session: bool = True,
+    keep: Sequence[Path] = (),
 ) -> list[str]:
-    """``argv`` wrapped in bubblewrap (or unchanged when ``bwrap`` is None)."""
+    """``argv`` wrapped in bubblewrap (or unchanged when ``bwrap`` is None). ``keep`` lists runtime
+    folders (the Python environment, the labs) that must stay visible under the private ``/tmp``."""
     if not bwrap:
         return list(argv)
     cmd = [
@@ -57,6 +59,9 @@ def wrap(
         cmd.append("--new-session")
     if not network:
         cmd.append("--unshare-net")
+    for path in keep:  # the runtime (Python, labs) stays visible even when it lives under /tmp
+        if path.resolve().is_relative_to("/tmp") and path.exists():
+            cmd += ["--ro-bind", str(path), str(path)]
     for path in hide:
         cmd += ["--tmpfs", str(path)]
     for path in writable:
