@@ -83,6 +83,7 @@ def base_context(request: Request, me: Any, page: str) -> Context:
         ],
         "me": {"name": me.attendee.name, "id": me.id} if me else None,
         "event": {"title": me.event.title, "code": me.event.code} if me else None,
+        "selfpaced": bool(me and me.event.selfpaced),
         "version": __version__,
     }
 

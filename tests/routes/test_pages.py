@@ -350,3 +350,30 @@ def test_the_save_conflict_message_speaks_chinese(client: TestClient, event: Eve
     resp = client.put(url, content=b"two", headers={"If-Match": '"not-the-etag"'})
     assert resp.status_code == 409
     assert "被修改过" in resp.json()["detail"]
+
+
+def test_event_lab_list_offers_progress_import_and_raise_hand(client, event) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import join as join_api
+
+    headers = join_api(client, "Imp")
+    page = client.get("/labs", headers=headers).text
+    assert 'id="import-progress"' in page and 'id="export-progress"' not in page
+    assert 'id="help-button"' in client.get("/labs/getting-started", headers=headers).text
+
+
+def test_selfpaced_lab_list_offers_export_and_no_raise_hand(client, event) -> None:  # type: ignore[no-untyped-def]
+    from sqlmodel import Session
+
+    from labserver.models import Event
+    from tests.conftest import join as join_api
+
+    with Session(client.app.state.ctx.engine) as s:
+        row = s.get(Event, event.id)
+        assert row is not None
+        row.selfpaced = True
+        s.add(row)
+        s.commit()
+    headers = join_api(client, "Solo")
+    page = client.get("/labs", headers=headers).text
+    assert 'id="export-progress"' in page and 'id="import-progress"' not in page
+    assert 'id="help-button"' not in client.get("/labs/getting-started", headers=headers).text
