@@ -287,8 +287,16 @@ async def sse_figures(
         with contextlib.suppress(BaseException):
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    att = [t - streams.finished_at[r] for r, t in streams.attendee_recv.items() if r in measured]
-    ins = [t - streams.finished_at[r] for r, t in streams.instructor_recv if r in measured]
+    att = [
+        t - streams.finished_at[r]
+        for r, t in streams.attendee_recv.items()
+        if r in measured and r in streams.finished_at
+    ]
+    ins = [
+        t - streams.finished_at[r]
+        for r, t in streams.instructor_recv
+        if r in measured and r in streams.finished_at
+    ]
     print(f"checks: {checks} (write-file checker, 4 at a time); POST /check round trip {median_ms(posts)}")
 
     def line(label: str, xs: list[float], expected: int) -> None:

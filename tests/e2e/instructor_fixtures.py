@@ -31,8 +31,8 @@ def login_instructor(page: Page, name: str = "Zoe") -> None:
     expect(page.locator(".i-topbar .who")).to_have_text(name)
 
 
-@pytest.fixture
-def instructor(browser: Browser, base_url: str) -> Iterator[Page]:
+@pytest.fixture(name="instructor")
+def instructor_page(browser: Browser, base_url: str) -> Iterator[Page]:
     """A logged-in instructor in a browser context of its own (its own cookies, its own connections)."""
     context = browser.new_context(base_url=base_url, viewport=INSTRUCTOR_VIEWPORT, locale="en-US")
     page = context.new_page()

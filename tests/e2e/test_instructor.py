@@ -11,8 +11,12 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.e2e.conftest import SCREENSHOTS, join, open_lab, run_in_terminal, wait_terminal_line
-from tests.e2e.instructor_fixtures import instructor as _instructor_fixture  # noqa: F401 (fixture)
-from tests.e2e.instructor_fixtures import login_instructor, me, open_dashboard
+from tests.e2e.instructor_fixtures import (
+    instructor_page,  # noqa: F401 (the `instructor` fixture)
+    login_instructor,
+    me,
+    open_dashboard,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -174,6 +178,8 @@ def test_the_instructor_pages_speak_chinese(browser, base_url: str) -> None:  # 
         page = context.new_page()
         page.goto("/instructor/login")
         expect(page.locator("h1")).to_have_text("讲师登录")
+        page.fill("input[name=name]", "李老师")
+        page.screenshot(path=str(SCREENSHOTS / "instructor-login-zh.png"))
         login_instructor(page, "李老师")
         expect(page.locator("h1")).to_have_text("活动")
     finally:

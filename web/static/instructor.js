@@ -279,7 +279,7 @@
         : '<li class="muted">' + esc(S.no_stuck) + '</li>';
       decorate();
     }
-    const loadStuckSoon = throttle(() => loadStuck().catch(() => {}), 3000);
+    const loadStuckSoon = throttle(() => loadStuck().catch(() => {}), 10000);
 
     async function loadHelp() {
       const list = await api('GET', '/api/v1/events/' + eventId + '/help');
