@@ -12,6 +12,10 @@
    the check finished, stored before the result is published), for the attendee's own
    ``check.finished`` and for every instructor's ``cell`` delta.
 
+3. In Chromium (Playwright, Debian's ``/usr/bin/chromium``; ``--no-browser`` skips it): the dashboard
+   page at 300 x 40, time to a usable grid (navigation to the table built) and the time the page's JS
+   spends building it; then, for real checks, check finished -> cell changed on the page.
+
    ``--attendee-session short`` (the default while the spine's ``/api/v1/stream`` keeps its
    request-scoped database session open for the life of the stream, so that more than 15 attendee
    streams exhaust SQLAlchemy's pool of 5 + 10 and the server stops answering) runs the server with
@@ -314,6 +318,63 @@ async def sse_figures(
     line("SSE check finished -> instructor streams (cell delta)", ins, checks * instructors)
 
 
+def browser_figures(url: str, event_id: int, tokens: dict[int, str], lab: str, checks: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    args = [
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1, EXCLUDE localhost",
+    ]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=args)
+        try:
+            page = browser.new_context(base_url=url, viewport={"width": 1440, "height": 900}).new_page()
+            page.goto("/instructor/login")
+            page.fill("input[name=name]", "bench")
+            page.fill("input[name=token]", TOKEN)
+            page.click("#login-form button[type=submit]")
+            page.wait_for_url("**/instructor")
+            loads, builds = [], []
+            for _ in range(3):
+                page.goto(f"/instructor/events/{event_id}")
+                page.wait_for_function(
+                    "document.getElementById('grid').dataset.ready === '1'", timeout=120_000
+                )
+                loads.append(page.evaluate("performance.now()") / 1000)
+                builds.append(float(page.get_attribute("#grid", "data-build-ms") or 0) / 1000)
+            cells = page.locator("#grid td.cell").count()
+            print(
+                f"dashboard in Chromium: {cells} cells; navigation -> grid ready {median_ms(loads)}; "
+                f"building the table in JS {median_ms(builds)}"
+            )
+            page.wait_for_function("document.body.dataset.live === 'ready'")
+            lags, applies = [], []
+            with httpx.Client(base_url=url, timeout=120) as client:
+                for aid in random.Random(5).sample(sorted(tokens), checks):
+                    before = page.get_attribute("#grid", "data-last-delta-lag")
+                    resp = client.post(
+                        f"/api/v1/labs/{lab}/steps/write-file/check",
+                        headers={"Authorization": f"Bearer {tokens[aid]}"},
+                    )
+                    assert resp.status_code == 200, resp.text[:200]
+                    page.wait_for_function(
+                        "(b) => document.getElementById('grid').dataset.lastDeltaLag !== b",
+                        arg=before,
+                        timeout=30_000,
+                    )
+                    lags.append(float(page.get_attribute("#grid", "data-last-delta-lag") or 0))
+                    applies.append(float(page.get_attribute("#grid", "data-last-delta-ms") or 0) / 1000)
+            print(
+                f"check finished -> cell changed in Chromium ({checks} checks): {median_ms(lags)}; "
+                f"applying one delta in JS {median_ms(applies)}"
+            )
+        finally:
+            browser.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--attendees", type=int, default=300)
@@ -322,6 +383,7 @@ def main() -> None:
     parser.add_argument("--checks", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--attendee-session", choices=["short", "as-is"], default="short")
+    parser.add_argument("--no-browser", action="store_true", help="skip the Chromium figures")
     args = parser.parse_args()
 
     from labserver.app import create_app
@@ -387,6 +449,9 @@ def main() -> None:
                 raise RuntimeError("the server did not start")
             time.sleep(0.1)
         asyncio.run(sse_figures(url, event_id, tokens, labs[0], args.instructors, args.checks))
+        if not args.no_browser:
+            print(f"\n== the dashboard in Chromium at {args.attendees} x {5 * args.labs} ==")
+            browser_figures(url, event_id, tokens, labs[0], min(10, args.checks))
     finally:
         if proc is not None:
             proc.terminate()

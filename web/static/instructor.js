@@ -103,6 +103,7 @@
     }
 
     function build(data) {
+      const t0 = performance.now();
       G = data;
       skew = Date.now() / 1000 - (G.base + G.now);
       rows.clear();
@@ -140,6 +141,7 @@
       apply();
       funnel();
       table.dataset.ready = '1';
+      table.dataset.buildMs = String(Math.round(performance.now() - t0));  // read by bench/dashboard.py
     }
 
     function updateDone(row) {
@@ -405,7 +407,10 @@
         const d = JSON.parse(m.data);
         const [a, col, st, n, t0, t1] = d.cell;
         if (!G) return;
+        const t = performance.now();
         if (!setCell(a, col, st, n, t0, t1)) { fetchRow(a); return; }
+        table.dataset.lastDeltaMs = String(performance.now() - t);  // read by bench/dashboard.py
+        if (d.at) table.dataset.lastDeltaLag = String(Date.now() / 1000 - d.at);
         funnelSoon();
         loadStuckSoon();
         if (st === 'p') chartSoon();
