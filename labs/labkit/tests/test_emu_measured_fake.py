@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import pytest
@@ -73,3 +73,45 @@ def test_fake_npu_streams_and_transfers_use_the_device():
 def test_fake_npu_memory_budget_is_the_same_as_emulation():
     with emu.session("910B", measurer=FakeNpu()) as measured, emu.session("910B", measurer=False) as emulated:
         assert measured.memory.capacity == emulated.memory.capacity
+
+
+class FakeTorchNpu:
+    """The slice of ``torch`` + ``torch_npu`` that NpuMeasurer uses: ``torch.npu.*``."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        outer = self
+
+        class Npu:
+            @staticmethod
+            def synchronize() -> None:
+                outer.log.append("synchronize")
+
+            class Stream:
+                def __init__(self, device: str) -> None:
+                    outer.log.append(f"Stream({device})")
+
+            @staticmethod
+            def stream(s: Any) -> AbstractContextManager[Any]:
+                outer.log.append("stream")
+                return nullcontext()
+
+        self.npu = Npu
+
+
+def test_fake_torch_npu_drives_the_real_npu_measurer():
+    fake = FakeTorchNpu()
+    m = emu.NpuMeasurer("npu:0")
+    m._torch = fake  # the real class, with torch_npu replaced by the fake above
+    with emu.session("A3", measurer=m) as s:
+        with s.stream("copy"):
+            emu.account("h2d_like", flops=0, bytes=10, engine="h2d")
+        with s.stream("copy"):
+            pass
+        with s.stream("main"):
+            pass
+        s.synchronize()
+    assert fake.log.count("Stream(npu:0)") == 1  # one device stream per name, reused
+    assert fake.log.count("stream") == 2  # "main" is the default stream: no switch
+    assert fake.log.count("synchronize") >= 3
+    assert s.report().mode == "measured" and s.report().elapsed_ms >= 0
