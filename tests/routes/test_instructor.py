@@ -362,3 +362,37 @@ def test_pages_render_dashboard_and_drill_down(client: TestClient, event: Event)
     zh = client.get(f"/instructor/events/{event.id}?lang=zh")
     assert "举手" in zh.text and "广播" in zh.text
     assert client.get(f"/instructor/events/{event.id}/attendees/999").status_code == 404
+
+
+def test_stream_translation_of_other_kinds(app: FastAPI, event: Event) -> None:
+    from labserver.live import LiveEvent
+    from labserver.routes.instructor_stream import translate
+
+    ctx = app.state.ctx
+    env = translate(ctx, event, LiveEvent("env.state", event.id or 0, 7, {"state": "ready", "env_id": "e"}))
+    assert env == ("env", {"a": 7, "state": "ready", "env_id": "e"})
+    kind, data = translate(ctx, event, LiveEvent("help.raised", event.id or 0, 7, {"help_id": 3})) or ("", {})
+    assert kind == "help" and data["kind"] == "help.raised" and data["help_id"] == 3
+    assert translate(ctx, event, LiveEvent("announcement", event.id or 0, None, {"message": "m"})) == (
+        "announcement",
+        {"a": None, "message": "m"},
+    )
+    assert translate(ctx, event, LiveEvent("env.progress", event.id or 0, 7, {})) is None
+    started = translate(
+        ctx, event, LiveEvent("check.started", event.id or 0, 7, {"lab": "nope", "step": "x"})
+    )
+    assert started is None  # a lab outside the event: no column
+
+
+def test_dashboard_context_is_what_the_page_shows(app: FastAPI, client: TestClient, event: Event) -> None:
+    from starlette.requests import Request
+
+    from labserver.routes.instructor_pages import dashboard_context
+
+    join(client, "Ada")
+    request = Request({"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""})
+    with Session(app.state.ctx.engine) as s:
+        context = dashboard_context(request, app.state.ctx, s, "Zoe", event.id or 0)
+    assert context["instructor"] == "Zoe" and context["ev"]["attendees"] == 1
+    assert [lab["id"] for lab in context["labs"]] == ["getting-started"]
+    assert len(context["labs"][0]["steps"]) == 5 and context["config"]["event"] == event.id
