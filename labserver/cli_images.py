@@ -96,3 +96,11 @@ def context(out: Annotated[Path, typer.Argument(help="Folder to write the build 
     typer.echo(
         f"  docker build -f {out}/Dockerfile.npu --build-arg BASE_IMAGE=<CANN image> -t labserver/npu {out}"
     )
+
+
+@app.command("prune")
+def prune() -> None:
+    """Remove older content-hash tags of the cpu-emu image that no container was created from."""
+    keep = images.cpu_emu_hash()
+    removed = images.prune_old_tags(images.CPU_EMU_REPO, keep=keep)
+    typer.echo(f"removed {len(removed)} tag(s): {', '.join(removed) or '-'}; kept {keep} and latest")

@@ -325,19 +325,22 @@ def build_cpu_emu(
     if buildkit != "1":  # the legacy builder leaves the deps stage as a dangling image
         _docker(["image", "prune", "-f", "--filter", "dangling=true"])
     shutil.rmtree(context, ignore_errors=True)
-    removed = prune_old_tags(CPU_EMU_REPO, keep=digest)
-    if removed:
-        progress("prune", f"removed unused older tags: {', '.join(removed)}")
     progress("done", f"built {tag}")
     return BuildResult(tag, stable, digest, True, round(time.monotonic() - t0, 2), phases)
 
 
 def prune_old_tags(repo: str, keep: str) -> list[str]:
-    """Untag older content-hash tags of ``repo`` that no container uses (Docker refuses those)."""
+    """Untag content-hash tags of ``repo`` other than ``keep`` and ``latest`` that no container
+    (running or not) was created from. Never automatic: a running server or test session may
+    still create containers from an older tag (``labserver images prune``)."""
     out = _docker(["image", "ls", repo, "--format", "{{.Tag}}"])
+    used = set(_docker(["ps", "-a", "--format", "{{.Image}}"]).stdout.split())
     removed = []
     for tag in out.stdout.split():
-        if tag not in (keep, STABLE_TAG, "<none>") and _docker(["rmi", f"{repo}:{tag}"]).returncode == 0:
+        name = f"{repo}:{tag}"
+        if tag in (keep, STABLE_TAG, "<none>") or name in used:
+            continue
+        if _docker(["rmi", name]).returncode == 0:
             removed.append(tag)
     return removed
 
@@ -487,7 +490,6 @@ def build_server(
     progress("build", f"building {tag}")
     _docker_build(tag, stable, IMAGES_DIR / "Dockerfile.server", context, base_image, digest, progress)
     shutil.rmtree(context, ignore_errors=True)
-    prune_old_tags(SERVER_REPO, keep=digest)
     return BuildResult(tag, stable, digest, True, round(time.monotonic() - t0, 2), {})
 
 
@@ -516,5 +518,4 @@ def build_postgres(*, progress: Progress = _quiet, force: bool = False) -> Build
         shutil.copy2(IMAGES_DIR / name, context / name)
     _docker_build(tag, stable, context / "Dockerfile.postgres", context, POSTGRES_BASE, digest, progress)
     shutil.rmtree(context, ignore_errors=True)
-    prune_old_tags(POSTGRES_REPO, keep=digest)
     return BuildResult(tag, stable, digest, True, round(time.monotonic() - t0, 2), {})
