@@ -262,6 +262,8 @@
         el.textContent = (hand ? '✋' : '') + (flag ? '⚑' : '');
         el.title = flag ? stuckText(flag) : '';
       }
+      // filters and the sort that depend on flags follow them
+      if (['stuck', 'help'].includes($('#f-status').value) || $('#f-sort').value === 'stuck') apply();
     }
 
     function stuckText(f) {
