@@ -126,8 +126,13 @@ class DockerBackend:
     def client(self, node: str) -> docker.DockerClient:
         if node not in self._clients:
             url = self.node(node).url
+            # ssh:// goes through the system's ssh client (keys/agent as the server's user), not paramiko
             self._clients[node] = docker.DockerClient(
-                base_url=url, version="auto", timeout=30, max_pool_size=64
+                base_url=url,
+                version="auto",
+                timeout=30,
+                max_pool_size=64,
+                use_ssh_client=url.startswith("ssh://"),
             )
         return self._clients[node]
 
