@@ -172,6 +172,7 @@ async def main() -> None:
     parser.add_argument("--crowd", type=int, default=30)
     parser.add_argument("--skip-local", action="store_true")
     parser.add_argument("--skip-docker", action="store_true")
+    parser.add_argument("--skip-cold", action="store_true", help="docker: only the warm pool")
     args = parser.parse_args()
     run = uuid.uuid4().hex[:6]
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,17 +208,18 @@ async def main() -> None:
             )
             backend = DockerBackend(settings, prefix=prefix, nodes=[node])
             try:
-                await bench_backend(
-                    "docker, cold",
-                    backend,
-                    starter,
-                    checker,
-                    image,
-                    args.n,
-                    args.crowd,
-                    run,
-                    idle_memory=lambda: idle_memory_docker(backend, prefix),
-                )
+                if not args.skip_cold:
+                    await bench_backend(
+                        "docker, cold",
+                        backend,
+                        starter,
+                        checker,
+                        image,
+                        args.n,
+                        args.crowd,
+                        run,
+                        idle_memory=lambda: idle_memory_docker(backend, prefix),
+                    )
                 await bench_warm(backend, starter, image, args.n, args.crowd, run)
             finally:
                 for ref in await backend.discover():

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import random
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -143,7 +144,9 @@ class WarmPool:
         """Give a warm container of ``spec``'s event to ``spec.env_id`` (renamed); None if none fits."""
         image = dc.image_for(spec, backend.cfg)
         new_name = dc.container_name(spec.env_id, backend.prefix)
-        for container, node in await self.unclaimed(spec.event_id):
+        candidates = await self.unclaimed(spec.event_id)
+        random.shuffle(candidates)  # concurrent joins try different containers instead of racing for one
+        for container, node in candidates:
             if container.status != "running" or not _compatible(container.labels, spec, image):
                 continue
             try:
