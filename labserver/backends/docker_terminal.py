@@ -24,8 +24,17 @@ from labserver.backends import docker_config as dc
 PIDDIR = "/tmp/.labserver-term"
 
 
+#: one id per server process: shells a previous (crashed or killed) server left behind are hung up
+#: when this one opens a terminal in the same container
+INSTANCE = secrets.token_hex(4)
+
+
 def shell_argv(token: str) -> list[str]:
-    return ["sh", "-c", f'mkdir -p {PIDDIR} && echo $$ > {PIDDIR}/"$0" && exec bash -l', token]
+    reap = (
+        f'for f in {PIDDIR}/*; do [ -f "$f" ] || continue; case "${{f##*/}}" in {INSTANCE}-*) ;; '
+        '*) p=$(cat "$f"); [ -n "$p" ] && pkill -HUP -s "$p"; rm -f "$f";; esac; done; '
+    )
+    return ["sh", "-c", f'mkdir -p {PIDDIR} && {reap}echo $$ > {PIDDIR}/"$0" && exec bash -l', token]
 
 
 class DockerTerminal:
@@ -132,7 +141,7 @@ def open_terminal(
     client: docker.DockerClient, container_id: str, cols: int, rows: int, workdir: str, env: dict[str, str]
 ) -> tuple[str, Any, str]:
     """Blocking part (run in a thread): create and start the TTY exec; returns (exec id, socket, token)."""
-    token = secrets.token_hex(8)
+    token = f"{INSTANCE}-{secrets.token_hex(8)}"
     exec_id = client.api.exec_create(
         container_id,
         shell_argv(token),

@@ -235,7 +235,9 @@ def test_missing_image_is_a_clear_provision_error(docker_backend: DockerBackend,
     asyncio.run(go())
 
 
-def test_prepare_event_fills_the_warm_pool_from_settings(docker_backend: DockerBackend, make_spec: Any) -> None:
+def test_prepare_event_fills_the_warm_pool_from_settings(
+    docker_backend: DockerBackend, make_spec: Any
+) -> None:
     async def go() -> None:
         event = 7000 + int(make_spec.run[:3], 16)
         template = make_spec(event_id=event)
@@ -253,5 +255,32 @@ def test_prepare_event_fills_the_warm_pool_from_settings(docker_backend: DockerB
         assert await docker_backend.prepare_event(event, template, size=0) == 0  # drains the refill
         assert await docker_backend.warm_pool.unclaimed(event) == []
         await docker_backend.destroy(ref)
+
+    asyncio.run(go())
+
+
+def test_shells_of_a_dead_server_are_hung_up_by_the_next_one(
+    docker_backend: DockerBackend, make_spec: Any
+) -> None:
+    from labserver.backends import docker_terminal
+
+    async def go() -> None:
+        ref = await docker_backend.create(make_spec())
+        old = await docker_backend.terminal(ref, 80, 24)
+        await old.write(b"echo $$ > /tmp/old-shell; echo marked-$((1+1))\n")
+        await read_until(old, b"marked-2")
+        # the server dies without closing (kill -9): its shell stays; a new server process starts
+        previous = docker_terminal.INSTANCE
+        docker_terminal.INSTANCE = "newserver"
+        try:
+            new = await docker_backend.terminal(ref, 80, 24)
+            await new.write(b"echo STATE=$(kill -0 $(cat /tmp/old-shell) 2>/dev/null && echo A || echo G)x\n")
+            out = await read_until(new, b"x\r\n")
+            while b"STATE=Ax" not in out and b"STATE=Gx" not in out:
+                out += await read_until(new, b"x\r\n")
+            assert b"STATE=Gx" in out, out
+            await new.close()
+        finally:
+            docker_terminal.INSTANCE = previous
 
     asyncio.run(go())
