@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 from sse_starlette.sse import EventSourceResponse
 
 from labserver.backends.base import PathRefused, safe_relpath
@@ -18,7 +18,15 @@ from labserver.content import Lab, Step
 from labserver.content.markdown import render
 from labserver.i18n import gettext, pick_lang
 from labserver.models import Announcement, CheckRun, Environment, HelpRequest, HelpState
-from labserver.routes.deps import ATTENDEE_COOKIE, Ctx, CurrentAttendee, Me, SessionDep
+from labserver.routes.deps import (
+    ATTENDEE_COOKIE,
+    Ctx,
+    CurrentAttendee,
+    Me,
+    SessionDep,
+    resolve_attendee,
+    token_from,
+)
 from labserver.services import checking, environments, progress
 from labserver.services.events import JoinError, join
 
@@ -402,6 +410,12 @@ def api_announcements(me: CurrentAttendee, session: SessionDep) -> list[dict[str
 
 
 @router.get("/stream")
-async def api_stream(me: CurrentAttendee, ctx: Ctx) -> EventSourceResponse:
+async def api_stream(request: Request, ctx: Ctx) -> EventSourceResponse:
+    """My live events (SSE). The token is resolved in a short session of its own: a stream stays
+    open for hours and must not hold a database connection (the pool would run dry at ~15 pages)."""
+    with Session(ctx.engine, expire_on_commit=False) as session:
+        me = resolve_attendee(session, token_from(request.headers, request.cookies))
+    if me is None:
+        raise HTTPException(401, "Join an event first: your attendee token is missing or unknown.")
     sub = ctx.live.subscribe(me.event.id or 0, me.id)
     return EventSourceResponse(ctx.live.stream(sub), ping=15)
