@@ -114,3 +114,17 @@ def test_example_nodes_file_loads_and_bad_files_are_refused(tmp_path: Path) -> N
         bad.write_text(text)
         with pytest.raises(ValueError, match=field):
             load_nodes(bad)
+
+
+def test_nodes_come_from_the_hosts_setting_or_the_nodes_file(tmp_path: Path) -> None:
+    from labserver.backends.docker import nodes_from_settings
+    from labserver.config import DockerSettings
+
+    nodes = nodes_from_settings(DockerSettings(hosts=["unix:///var/run/docker.sock", "tcp://10.0.0.2:2376"]))
+    assert [(n.name, n.url, n.kind) for n in nodes] == [
+        ("local", "unix:///var/run/docker.sock", "cpu"),
+        ("node2", "tcp://10.0.0.2:2376", "cpu"),
+    ]
+    assert all(n.cpus == 0 for n in nodes)  # capacity is asked from the engine (docker info) at first use
+    from_file = nodes_from_settings(DockerSettings(nodes_file=REPO / "provisioning" / "nodes.example.yaml"))
+    assert [n.name for n in from_file] == ["local", "cpu-2", "ascend-a2", "npu-sim"]
