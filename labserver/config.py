@@ -46,6 +46,7 @@ class DockerSettings(BaseModel):
     pids: int = 256
     warm_pool: int = 0
     idle_cull_minutes: float = 0.0
+    name_prefix: str = "labserver"  # containers are <prefix>-<env id>; servers sharing an engine differ
 
 
 class Settings(BaseSettings):

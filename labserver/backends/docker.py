@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
@@ -87,6 +87,40 @@ def nodes_from_settings(settings: DockerSettings) -> list[Node]:
     return nodes
 
 
+GRADER_SKIP = {"solution", "steps", "__pycache__", ".git"}
+GRADER_MAX_BYTES = 64 * 1024 * 1024
+
+
+def grader_lab_files(checker: Path) -> tuple[list[tuple[str, bytes]], str]:
+    """The lab's trusted files the grader gets (all but ``solution/`` and ``steps/``) and the
+    checker's path among them. A checker outside a lab's ``checks/`` folder travels alone."""
+    checker = checker.resolve()
+    if checker.parent.name != "checks" or not (checker.parent.parent / "lab.yaml").is_file():
+        return [], checker.name
+    root = checker.parent.parent
+    files: list[tuple[str, bytes]] = []
+    total = 0
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if (
+            rel.parts[0] in GRADER_SKIP
+            or "__pycache__" in rel.parts
+            or not path.is_file()
+            or path.is_symlink()
+        ):
+            continue
+        if rel.as_posix() == f"checks/{checker.name}":
+            continue  # sent as the checker itself
+        data = path.read_bytes()
+        total += len(data)
+        if total > GRADER_MAX_BYTES:
+            raise EnvironmentGone(
+                f"The lab folder {root.name} is too big to send to a grader.", reason="lab-too-big"
+            )
+        files.append((rel.as_posix(), data))
+    return files, f"lab/checks/{checker.name}"
+
+
 class DockerBackend:
     name = "docker"
 
@@ -101,12 +135,7 @@ class DockerBackend:
         self.settings = settings
         self.cfg = settings.docker
         #: names are ``<prefix>-<env id>``; discover() adopts only this prefix's containers
-        self.prefix = (
-            prefix
-            or getattr(self.cfg, "name_prefix", "")
-            or os.environ.get("LABSERVER_DOCKER__NAME_PREFIX", "")  # until DockerSettings has the field
-            or dc.DEFAULT_PREFIX
-        )
+        self.prefix = prefix or self.cfg.name_prefix or dc.DEFAULT_PREFIX
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", self.prefix):
             raise ValueError(f"docker name prefix {self.prefix!r}: use [a-z0-9.-]")
         self._configured = nodes if nodes is not None else nodes_from_settings(self.cfg)
@@ -553,6 +582,7 @@ class DockerBackend:
     async def run_check(self, ref: EnvRef, request: CheckRequest) -> CheckRaw:
         await self._require_running(ref)
         source = await asyncio.to_thread(request.checker.read_bytes)
+        lab_files, checker_name = await asyncio.to_thread(grader_lab_files, request.checker)
         start = time.monotonic()
         try:
             record = await self._run(
@@ -563,9 +593,10 @@ class DockerBackend:
                 volume=ref.data.get("volume") or dc.volume_name(ref.env_id, self.prefix),
                 placement=self._placement(ref),
                 lab_id=safe_relpath(request.lab_id),
-                checker_name=request.checker.name,
+                checker_name=checker_name,
                 checker_source=source,
                 env=dict(request.env),
+                lab_files=lab_files,
                 timeout_s=request.timeout_s,
                 log_limit=request.log_limit,
                 cpus=float(ref.data.get("cpus") or 1.0),

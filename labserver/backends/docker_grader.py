@@ -23,7 +23,7 @@ import json
 import secrets
 import tarfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -55,6 +55,17 @@ def _tar(entries: list[tuple[str, bytes | None, int, int]]) -> bytes:
     return buf.getvalue()
 
 
+def _lab_entries(files: list[tuple[str, bytes]]) -> list[tuple[str, bytes | None, int, int]]:
+    """Tar entries (root-owned, read-only) for the lab's files, with their folders first."""
+    folders = sorted(
+        {str(parent) for rel, _ in files for parent in PurePosixPath(rel).parents if str(parent) != "."}
+    )
+    entries: list[tuple[str, bytes | None, int, int]] = [("grader/lab", None, 0, 0o755)]
+    entries += [(f"grader/lab/{folder}", None, 0, 0o755) for folder in folders]
+    entries += [(f"grader/lab/{rel}", data, 0, 0o444) for rel, data in files]
+    return entries
+
+
 def _read_member(client: docker.DockerClient, container_id: str, path: str) -> bytes | None:
     try:
         stream, _ = client.api.get_archive(container_id, path)
@@ -84,6 +95,7 @@ def run_in_grader(
     checker_name: str,
     checker_source: bytes,
     env: dict[str, str],
+    lab_files: list[tuple[str, bytes]] | None = None,
     timeout_s: float,
     log_limit: int,
     cpus: float,
@@ -91,7 +103,11 @@ def run_in_grader(
     prefix: str = dc.DEFAULT_PREFIX,
 ) -> dict[str, Any]:
     """Run the checker in a grader container; returns the verified record (raises on forgery or
-    when no valid record came back: a checker error for the caller)."""
+    when no valid record came back: a checker error for the caller).
+
+    ``lab_files`` are the lab's own trusted files from the server (``checks/``, ``starter/``, ...;
+    never ``solution/``), laid out under ``/opt/labserver/grader/lab/`` so a checker can import its
+    helpers and compare against a clean starter; ``checker_name`` is then ``lab/checks/NN_x.py``."""
     key = secrets.token_bytes(32)
     nonce = secrets.token_hex(16)
     job = {"nonce": nonce, "checker": checker_name, "timeout_s": timeout_s, "log_limit": log_limit}
@@ -114,6 +130,7 @@ def run_in_grader(
             [
                 ("grader", None, 0, 0o755),
                 ("grader/runner.py", RUNNER.read_bytes(), 0, 0o444),
+                *_lab_entries(lab_files or []),
                 (f"grader/{checker_name}", checker_source, 0, 0o444),
                 ("grader/job.json", json.dumps(job).encode(), 0, 0o444),
                 ("key", None, 1000, 0o700),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labserver.backends.base import CheckRequest, EnvRef, EnvSpec, LabSeed
+from labserver.backends.base import Backend, CheckRequest, EnvRef, EnvSpec, LabSeed
 from labserver.backends.local import LocalBackend
 from labserver.checks import Verdict, interpret
 from labserver.config import Settings
@@ -56,17 +56,15 @@ class SelftestReport:
         return out
 
 
-def overlay(src: Path, dest: Path) -> None:
+async def overlay(backend: Backend, ref: EnvRef, src: Path, lab_id: str) -> None:
+    """Copy ``src`` (a solution folder) over the lab folder through the backend's file API, so the
+    same self-test runs on every backend."""
     for path in sorted(src.rglob("*")):
-        target = dest / path.relative_to(src)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
+        if path.is_file() and "__pycache__" not in path.parts:
+            await backend.write_file(ref, f"{lab_id}/{path.relative_to(src).as_posix()}", path.read_bytes())
 
 
-async def _check(backend: LocalBackend, ref: EnvRef, lab: Lab, step: Step) -> tuple[Verdict, str]:
+async def _check(backend: Backend, ref: EnvRef, lab: Lab, step: Step) -> tuple[Verdict, str]:
     raw = await backend.run_check(
         ref,
         CheckRequest(
@@ -94,14 +92,26 @@ async def run_selftest(
     solution: Path | None = None,
     on_result: Callable[[StepResult], None] | None = None,
     keep: bool = False,
+    backend: Backend | None = None,
 ) -> SelftestReport:
+    """Self-test ``lab`` on ``backend`` (default: a throwaway local backend)."""
     report = SelftestReport(lab.id)
     tmp = Path(tempfile.mkdtemp(prefix=f"selftest-{lab.id}-"))
+    ref: EnvRef | None = None
     try:
         base = settings or Settings()
-        backend = LocalBackend(base.model_copy(update={"data_dir": tmp}))
+        if backend is None:
+            backend = LocalBackend(base.model_copy(update={"data_dir": tmp}))
         ref = await backend.create(
-            EnvSpec(env_id="selftest", event_id=0, attendee_id=0, labs=(LabSeed(lab.id, lab.starter),))
+            EnvSpec(
+                env_id=f"selftest-{lab.id}",
+                event_id=0,
+                attendee_id=0,
+                labs=(LabSeed(lab.id, lab.starter),),
+                image=base.docker.image,
+                cpus=lab.spec.requires.cpus,
+                memory_mb=lab.spec.requires.memory_mb,
+            )
         )
 
         def record(result: StepResult) -> None:
@@ -112,7 +122,7 @@ async def run_selftest(
         for step in lab.steps:
             verdict, log = await _check(backend, ref, lab, step)
             record(StepResult(step.id, "starter", CheckStatus.failed, verdict, log))
-        overlay(solution or lab.solution, Path(ref.infra_id) / lab.id)
+        await overlay(backend, ref, solution or lab.solution, lab.id)
         for step in lab.steps:
             if step.spec.solve:
                 res = await backend.exec(
@@ -136,6 +146,8 @@ async def run_selftest(
             record(StepResult(step.id, "solution", CheckStatus.passed, verdict, log))
     finally:
         if not keep:
+            if ref is not None and backend is not None:
+                await backend.destroy(ref)
             shutil.rmtree(tmp, ignore_errors=True)
     return report
 
