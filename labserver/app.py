@@ -58,11 +58,19 @@ def build_context(settings: Settings) -> AppContext:
     return ctx
 
 
-async def _housekeeping(ctx: AppContext) -> None:
+async def _housekeeping(ctx: AppContext, every_s: float = 60.0) -> None:
+    """One clock for background care: idle terminals, warm pools, idle environments."""
+    from labserver.services.lifecycle import cull_idle, warm_open_events
+
     while True:
-        await asyncio.sleep(60)
-        with contextlib.suppress(Exception):
+        await asyncio.sleep(every_s)
+        try:
             await ctx.terminals.reap_idle()
+            with Session(ctx.engine, expire_on_commit=False) as session:
+                await warm_open_events(ctx, session)
+                await cull_idle(ctx, session)
+        except Exception:  # keep the loop alive; the next round tries again
+            log.exception("housekeeping failed")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
