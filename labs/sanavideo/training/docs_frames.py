@@ -17,7 +17,6 @@ REPO = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent / "checks"))
 
 import sanacheck as sc  # noqa: E402  (puts the lab's TinySana on sys.path)
-
 from tinysana.model import TinySana  # noqa: E402
 from tinysana.sampling import generate  # noqa: E402
 

@@ -25,9 +25,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("weights", type=Path)
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--shift", type=float, help="override the checkpoint's flow_shift")
+    ap.add_argument("--cfg", type=float, help="override the checkpoint's cfg_scale")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = TinySana.load(args.weights)
+    if args.shift:
+        model.sampling["flow_shift"] = args.shift
+    if args.cfg:
+        model.sampling["cfg_scale"] = args.cfg
     ok = {"colour": 0, "direction": 0, "shape": 0, "both": 0}
     n = 0
     t0 = time.perf_counter()

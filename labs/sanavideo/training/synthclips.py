@@ -60,7 +60,7 @@ def random_batch(n: int, gen: torch.Generator) -> tuple[list[str], torch.Tensor]
     shapes = [ss[i % len(ss)] for i in idx[:, 1].tolist()]
     directions = [ds[i % len(ds)] for i in idx[:, 2].tolist()]
     offsets = torch.stack(
-        [(torch.rand(n, generator=gen) - 0.5) * 4.0, (torch.rand(n, generator=gen) - 0.5) * 10.0], dim=1
+        [(torch.rand(n, generator=gen) - 0.5) * 2.0, (torch.rand(n, generator=gen) - 0.5) * 3.0], dim=1
     )
     prompts = [f"a {c} {s} moving {d}" for c, s, d in zip(colours, shapes, directions, strict=True)]
     return prompts, render(colours, shapes, directions, offsets)

@@ -28,7 +28,29 @@ class DiTConfig:
     mlp_hidden: int = 128
     text_dim: int = 64
     t_kernel: int = 3
-    max_tokens: int = 128  # learned absolute position embedding over the (t, h, w) token grid
+    pos_grid: tuple[int, int, int] = (8, 4, 4)  # (t, h, w) tokens of the learned position embedding
+
+
+def sincos_3d(grid: tuple[int, int, int], dim: int) -> torch.Tensor:
+    """Fixed sin/cos position codes for a (t, h, w) token grid, shape (t*h*w, dim): the start
+    value of the learned absolute position embedding."""
+    parts, left = [], dim
+    for i, n in enumerate(grid):
+        d = (left // (len(grid) - i)) // 2 * 2
+        left -= d
+        freq = 1.0 / 100.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+        ang = torch.arange(n, dtype=torch.float32)[:, None] * freq[None]
+        parts.append(torch.cat([ang.sin(), ang.cos()], dim=-1))  # (n, d)
+    t, h, w = grid
+    pt, ph, pw = parts
+    return torch.cat(
+        [
+            pt[:, None, None].expand(t, h, w, -1),
+            ph[None, :, None].expand(t, h, w, -1),
+            pw[None, None, :].expand(t, h, w, -1),
+        ],
+        dim=-1,
+    ).reshape(t * h * w, dim)
 
 
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -117,12 +139,13 @@ class LinearDiT(nn.Module):
         self.cfg = cfg
         c, p = cfg.hidden, cfg.patch
         self.x_embedder = nn.Linear(cfg.in_channels * p * p, c)
-        self.pos_embed = nn.Parameter(torch.randn(cfg.max_tokens, c) * 0.02)
+        self.pos_embed = nn.Parameter(sincos_3d(cfg.pos_grid, c))
         self.t_embedder = nn.Sequential(nn.Linear(64, c), nn.SiLU(), nn.Linear(c, c))
         self.t_block = nn.Sequential(nn.SiLU(), nn.Linear(c, 6 * c))
         self.y_embedder = nn.Sequential(
             nn.Linear(cfg.text_dim, c), nn.GELU(approximate="tanh"), nn.Linear(c, c)
         )
+        self.y_pool = nn.Linear(cfg.text_dim, c)  # pooled prompt, added to the timestep condition
         self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.depth))
         self.final_norm = layers.RMSNorm(c)
         self.final_table = nn.Parameter(torch.randn(2, c) / c**0.5)
@@ -142,7 +165,9 @@ class LinearDiT(nn.Module):
         tokens = x.view(b, ch, tt, hh // p, p, ww // p, p).permute(0, 2, 3, 5, 1, 4, 6)
         h = self.x_embedder(tokens.reshape(b, -1, ch * p * p))
         h = h + self.pos_embed[: h.shape[1]]
-        temb = self.t_embedder(layers.timestep_embedding(t, 64))
+        keep = (~mask[:, 0, 0, :]).float().unsqueeze(-1)  # (B, L, 1), 1 = real token
+        pooled = (y * keep).sum(1) / keep.sum(1).clamp_min(1.0)
+        temb = self.t_embedder(layers.timestep_embedding(t, 64)) + self.y_pool(pooled)
         t6 = self.t_block(temb)
         yy = self.y_embedder(y)
         freqs = self.freqs(thw)
