@@ -1,0 +1,140 @@
+"""Step 2: RMSNorm, RoPE and attention run as labkit.npu fused ops, the 1x1 conv as a matmul;
+the clip is unchanged and the emulated sampling time falls."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
+
+import sanacheck as sc  # noqa: E402
+from labkit.check import Failure, expect, main, msg, run_function  # noqa: E402
+
+OPS = {
+    "rms_norm": ("rms_norm_forward", "npu_rms_norm", 1e-4),
+    "rope": ("apply_rotary_emb", "npu_rotary_mul", 1e-4),
+    "attention": ("softmax_attention", "npu_fusion_attention", 1e-4),
+    "conv1x1": ("pointwise_conv_forward", None, 1e-4),
+}
+
+
+def check() -> tuple[str, dict]:
+    expect(
+        Path("TinySana/tinysana/layers.py").is_file(),
+        msg(
+            "Do step 1 first: npu_patches.py patches the TinySana/ tree that infer_platform.sh sets up.",
+            "请先完成第 1 步：npu_patches.py 修改的是 infer_platform.sh 建立的 TinySana/ 源码目录。",
+        ),
+    )
+    r = run_function(str(sc.HARNESS), "fused_ops", sc.PROMPT, 0, timeout=50, memory_mb=3072)
+    res = r.unwrap()
+    units, calls = res["units"], res["calls"]
+    for op, (func, npu_op, tol) in OPS.items():
+        err = units[op]
+        if op == "rope" and units["rope_vs_half"] < 1e-5:
+            raise Failure(
+                msg(
+                    'apply_rotary_emb uses rotary_mode="half": it rotates x[i] with x[i + D/2], but '
+                    "TinySana (like SANA-Video) rotates neighbouring pairs (x[2i], x[2i+1]).",
+                    'apply_rotary_emb 使用了 rotary_mode="half"：它把 x[i] 与 x[i + D/2] 配对旋转，'
+                    "而 TinySana（与 SANA-Video 一样）旋转相邻的一对 (x[2i], x[2i+1])。",
+                ),
+                [
+                    msg(
+                        'Use "interleave", with cos = freqs.real and sin = freqs.imag each repeated twice '
+                        "(repeat_interleave(2, -1)).",
+                        '使用 "interleave"，cos = freqs.real、sin = freqs.imag，各自用 repeat_interleave(2, -1) 重复两次。',
+                    )
+                ],
+            )
+        if not err <= tol:
+            hint = {
+                "rope": msg(
+                    'Check rotary_mode ("interleave") and the cos/sin layout along D.',
+                    '检查 rotary_mode（"interleave"）以及 cos/sin 沿 D 维的排列。',
+                ),
+                "attention": msg(
+                    'input_layout "BNSD", head_num = q.shape[1], scale = 1/sqrt(D), and the '
+                    "bool mask passed as atten_mask (True = masked out).",
+                    'input_layout 为 "BNSD"，head_num = q.shape[1]，scale = 1/sqrt(D)，'
+                    "bool 掩码作为 atten_mask 传入（True 表示屏蔽）。",
+                ),
+                "rms_norm": msg(
+                    "npu_rms_norm returns (y, rstd): use y, and pass self.eps as epsilon.",
+                    "npu_rms_norm 返回 (y, rstd)：取 y，并把 self.eps 作为 epsilon 传入。",
+                ),
+                "conv1x1": msg(
+                    "weight is (Cout, Cin, 1, 1): view it as (Cout, Cin); add the bias when there is one.",
+                    "weight 的形状是 (Cout, Cin, 1, 1)：把它 view 成 (Cout, Cin)；有 bias 时加上。",
+                ),
+            }[op]
+            raise Failure(
+                msg(
+                    f"{func}() does not match the upstream op: max abs error {err:.3g} (allowed {tol:g}).",
+                    f"{func}() 与上游实现不一致：最大绝对误差 {err:.3g}（允许 {tol:g}）。",
+                ),
+                [hint],
+            )
+        if npu_op is not None and calls[npu_op] == 0:
+            raise Failure(
+                msg(
+                    f"{func}() still runs plain torch ops: sampling made no {npu_op} call.",
+                    f"{func}() 仍在使用普通 torch 算子：采样过程中没有调用 {npu_op}。",
+                ),
+                [
+                    msg(
+                        f"Call labkit.npu.{npu_op} in {func}() (its signature is torch_npu's).",
+                        f"在 {func}() 中调用 labkit.npu.{npu_op}（签名与 torch_npu 相同）。",
+                    )
+                ],
+            )
+    if res["conv1x1_calls"]:
+        raise Failure(
+            msg(
+                f"pointwise_conv_forward() still calls conv2d ({res['conv1x1_calls']} 1x1 convolutions while sampling).",
+                f"pointwise_conv_forward() 仍在调用 conv2d（采样时有 {res['conv1x1_calls']} 次 1x1 卷积）。",
+            ),
+            [
+                msg(
+                    "Flatten H*W, multiply by weight.view(Cout, Cin).T, reshape back.",
+                    "把 H*W 展平，乘以 weight.view(Cout, Cin).T，再 reshape 回去。",
+                )
+            ],
+        )
+    diff = (res["out"].float() - res["ref"].float()).abs()
+    max_diff, mean_diff = float(diff.max()), float(diff.mean())
+    expect(
+        max_diff <= 3 and mean_diff <= 0.5,
+        msg(
+            f"The clip changed: pixels differ by up to {max_diff:.0f}/255 (mean {mean_diff:.2f}).",
+            f"视频变了：像素最多相差 {max_diff:.0f}/255（平均 {mean_diff:.2f}）。",
+        ),
+    )
+    before, after = res["ref_ms"], res["out_ms"]
+    expect(
+        after < before,
+        msg(
+            f"The emulated sampling time did not fall ({before:.2f} ms -> {after:.2f} ms).",
+            f"模拟的采样时间没有下降（{before:.2f} ms -> {after:.2f} ms）。",
+        ),
+    )
+    return (
+        msg(
+            f"Fused: same clip (max pixel difference {max_diff:.0f}/255); emulated sampling "
+            f"{before:.2f} ms -> {after:.2f} ms ({res['ref_launches']} -> {res['out_launches']} kernel launches).",
+            f"融合完成：视频不变（像素最大差 {max_diff:.0f}/255）；模拟采样时间 {before:.2f} ms -> {after:.2f} ms"
+            f"（kernel 启动次数 {res['ref_launches']} -> {res['out_launches']}）。",
+        ),
+        {
+            "emu_ms_before": before,
+            "emu_ms_after": after,
+            "speedup": before / after,
+            "launches_before": res["ref_launches"],
+            "launches_after": res["out_launches"],
+            "max_pixel_diff": max_diff,
+        },
+    )
+
+
+main(check)

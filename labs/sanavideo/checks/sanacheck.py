@@ -1,0 +1,102 @@
+"""Shared helpers of the sanavideo checkers (not a step checker itself).
+
+Paths of the trusted lab files, MP4 probing through imageio-ffmpeg, and ``analyse(frames)``:
+what a clip shows (colour of the blob, direction its centroid moves, rough shape) so a checker
+can tell whether a video matches its prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+LAB = Path(__file__).resolve().parents[1]
+UPSTREAM = LAB / "starter" / "upstream" / "TinySana-0.1.1"
+WEIGHTS = LAB / "starter" / "weights" / "tinysana.safetensors"
+HARNESS = Path(__file__).resolve().parent / "sana_harness.py"
+
+FRAMES, SIZE, FPS = 8, 32, 8
+PROMPT = "a red circle moving right"  # the prompt step 1 asks for
+
+if str(UPSTREAM) not in sys.path:
+    sys.path.insert(0, str(UPSTREAM))
+
+from tinysana.prompts import COLOURS, DIRECTIONS, parse  # noqa: E402
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def probe_mp4(path: Path) -> tuple[np.ndarray, dict]:
+    """Decode an MP4: (frames uint8 (T, H, W, 3), metadata with 'codec', 'fps', 'size')."""
+    import imageio_ffmpeg
+
+    gen = imageio_ffmpeg.read_frames(str(path))
+    meta = next(gen)
+    w, h = meta["size"]
+    frames = [np.frombuffer(buf, dtype=np.uint8).reshape(h, w, 3) for buf in gen]
+    return (np.stack(frames) if frames else np.zeros((0, h, w, 3), np.uint8)), meta
+
+
+def analyse(frames: np.ndarray) -> dict:
+    """What a clip shows: {'colour', 'direction', 'shape', 'dx', 'dy', 'fg_px', 'colour_dist'}.
+
+    The foreground is every pixel clearly brighter than the black background; its mean colour
+    is matched to the nearest named colour, its centroid's motion over the clip (least-squares
+    slope times the clip length) gives the direction (None if it moves less than 4 pixels).
+    """
+    f = np.asarray(frames, dtype=np.float64)
+    fg = f.max(axis=-1) > 90
+    ys, xs = np.mgrid[0 : f.shape[1], 0 : f.shape[2]]
+    cx, cy, ts, fills = [], [], [], []
+    for t in range(f.shape[0]):
+        m = fg[t]
+        if m.sum() < 6:
+            continue
+        cx.append(xs[m].mean())
+        cy.append(ys[m].mean())
+        ts.append(t)
+        box = (xs[m].max() - xs[m].min() + 1) * (ys[m].max() - ys[m].min() + 1)
+        fills.append(m.sum() / box)
+    out: dict = {"colour": None, "direction": None, "shape": None, "dx": 0.0, "dy": 0.0}
+    out["fg_px"] = float(fg.sum() / max(1, f.shape[0]))
+    if len(ts) < max(2, f.shape[0] // 2):
+        return out
+    mean_rgb = f[fg].mean(axis=0)
+    dists = {name: float(np.linalg.norm(mean_rgb - np.array(rgb))) for name, rgb in COLOURS.items()}
+    out["colour"] = min(dists, key=dists.__getitem__)
+    out["colour_dist"] = dists[out["colour"]]
+    span = f.shape[0] - 1
+    out["dx"] = float(np.polyfit(ts, cx, 1)[0] * span)
+    out["dy"] = float(np.polyfit(ts, cy, 1)[0] * span)
+    if max(abs(out["dx"]), abs(out["dy"])) >= 4.0:
+        if abs(out["dx"]) >= abs(out["dy"]):
+            out["direction"] = "right" if out["dx"] > 0 else "left"
+        else:
+            out["direction"] = "down" if out["dy"] > 0 else "up"
+    fill = float(np.median(fills))
+    out["fill"] = fill
+    out["shape"] = "square" if fill > 0.88 else "circle" if fill > 0.64 else "triangle"
+    return out
+
+
+def describe(a: dict) -> str:
+    if a["colour"] is None:
+        return "no clear coloured object (mostly background)"
+    moving = f"moving {a['direction']}" if a["direction"] else "not moving clearly"
+    return f"a {a['colour']} object {moving} (centroid moved dx={a['dx']:+.1f}, dy={a['dy']:+.1f} px)"
+
+
+def mismatch(a: dict, prompt: str) -> str | None:
+    """None if the clip analysed as ``a`` shows ``prompt``'s colour and direction, else why not."""
+    colour, _shape, direction = parse(prompt)
+    if a["colour"] != colour or a["direction"] != direction:
+        return f"expected a {colour} object moving {direction}, the video shows {describe(a)}"
+    return None
+
+
+__all__ = ["COLOURS", "DIRECTIONS", "analyse", "describe", "mismatch", "probe_mp4", "sha256"]
