@@ -21,6 +21,7 @@ def make_backend(settings: Settings, name: str | None = None) -> Backend:
 
         return DockerBackend(settings)  # type: ignore[no-any-return,unused-ignore]
     if name == "kubernetes":
-        raise ValueError("the kubernetes backend is not part of this release yet (see provisioning/k8s/); "
-                         "set LABSERVER_BACKEND to local or docker")
+        raise ValueError(
+            "the kubernetes backend is not part of this release yet; set LABSERVER_BACKEND to local or docker"
+        )
     raise ValueError(f"unknown backend {name!r}; set LABSERVER_BACKEND to local or docker")
