@@ -18,12 +18,16 @@ from pathlib import Path
 import pytest
 
 from labserver.content import Lab, load_lab
-from labserver.content.selftest import overlay, selftest
+from labserver.content.selftest import selftest
 from tests.conftest import REPO
 
 LAB = REPO / "labs" / "sanavideo"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sanavideo"
 VENV_BIN = str(Path(sys.executable).parent)
+
+
+def overlay(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, dirs_exist_ok=True)
 
 
 def run_checker(lab_dir: Path, check: str, lang: str = "en") -> tuple[int, dict, str]:
@@ -119,7 +123,7 @@ def test_solved_workspace_passes_every_step_with_figures(solved: Path, tmp_path:
         assert (code, verdict.get("passed")) == (0, True), (check, verdict, log)
         metrics.update(verdict["metrics"])
     assert metrics["emu_ms_after"] < metrics["emu_ms_before"]
-    assert metrics["dit_weight_kib_a4w4"] < metrics["dit_weight_kib_bf16"] / 2
+    assert metrics["dit_weight_kib_a4w4"] < 0.7 * metrics["dit_weight_kib_bf16"]
     assert metrics["peak_kib"] <= metrics["capacity_kib"]
 
 
@@ -172,7 +176,9 @@ def test_unfused_starter_ops(solved: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_mxfp4_on_every_layer_fails_quality(solved: Path, tmp_path: Path) -> None:
     ws = workspace(solved, tmp_path, "mxfp4_everywhere")
-    expect_failed(ws, "03_a4w4", "MXFP4 is applied to every quantized layer", "PSNR", "attn.proj=mxfp4")
+    expect_failed(
+        ws, "03_a4w4", "MXFP4 is applied to every quantized layer", "below the 34 dB", "attn.proj=mxfp4"
+    )
 
 
 @pytest.mark.slow
