@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
 
 import sanacheck as sc  # noqa: E402
-from labkit.check import Failure, expect, main, msg, run_function  # noqa: E402
+from labkit.check import Failure, expect, main, msg  # noqa: E402
 
 OPS = {
     "rms_norm": ("rms_norm_forward", "npu_rms_norm", 1e-4),
@@ -27,8 +27,7 @@ def check() -> tuple[str, dict]:
             "请先完成第 1 步：npu_patches.py 修改的是 infer_platform.sh 建立的 TinySana/ 源码目录。",
         ),
     )
-    r = run_function(str(sc.HARNESS), "fused_ops", sc.PROMPT, 0, timeout=50, memory_mb=3072)
-    res = r.unwrap()
+    res = sc.run_harness("fused_ops", "npu_patches.py", sc.PROMPT, 0)
     units, calls = res["units"], res["calls"]
     for op, (func, npu_op, tol) in OPS.items():
         err = units[op]

@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
 
 import sanacheck as sc  # noqa: E402
-from labkit.check import Failure, expect, main, msg, run_function  # noqa: E402
+from labkit.check import Failure, expect, main, msg  # noqa: E402
 
 # against the unquantized clip of the checked prompt (seed 0): MXFP8 41 dB, the recipe's A4W4
 # 35.5 dB / cosine 0.9994, MXFP4 on every layer 32.2 dB / 0.9986. Over 8 prompts
@@ -72,8 +72,7 @@ def check() -> tuple[str, dict]:
             "请先完成第 1 步：quant_module.py 作用于 infer_platform.sh 建立的 TinySana/ 源码目录。",
         ),
     )
-    r = run_function(str(sc.HARNESS), "quantize", sc.PROMPT, 0, ["a4w4"], timeout=50, memory_mb=3072)
-    res = r.unwrap()
+    res = sc.run_harness("quantize", "quant_module.py", sc.PROMPT, 0, ["a4w4"])
     check_rule(res["rule"])
     run = res["runs"]["a4w4"]
     quality = msg(

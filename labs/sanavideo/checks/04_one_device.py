@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
 
 import sanacheck as sc  # noqa: E402
-from labkit.check import Failure, expect, main, msg, run_function  # noqa: E402
+from labkit.check import Failure, expect, main, msg  # noqa: E402
 
 
 def kib(n: float) -> str:
@@ -23,8 +23,7 @@ def check() -> tuple[str, dict]:
             "请先完成第 1 步：run_single_device.py 导入 infer_platform.sh 建立的 TinySana/ 源码目录。",
         ),
     )
-    r = run_function(str(sc.HARNESS), "one_device", sc.PROMPT, 0, timeout=50, memory_mb=3072)
-    res = r.unwrap()
+    res = sc.run_harness("one_device", "run_single_device.py", sc.PROMPT, 0)
     cap = res["capacity"]
     stages = ", ".join(f"{t} {kib(n)}" for t, n in res["stage_bytes"].items())
     if "oom" in res:

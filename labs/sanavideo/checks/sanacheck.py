@@ -99,4 +99,15 @@ def mismatch(a: dict, prompt: str) -> str | None:
     return None
 
 
-__all__ = ["COLOURS", "DIRECTIONS", "analyse", "describe", "mismatch", "probe_mp4", "sha256"]
+__all__ = ["COLOURS", "DIRECTIONS", "analyse", "describe", "mismatch", "probe_mp4", "run_harness", "sha256"]
+
+
+def run_harness(func: str, attendee_file: str, *args: object, timeout: float = 50) -> dict:
+    """Run ``sana_harness.<func>`` in a child process (where it imports ``attendee_file``); an
+    error in the attendee's code fails the step, shown with their own traceback lines."""
+    from labkit.check import Failure, describe_error, run_function
+
+    r = run_function(str(HARNESS), func, *args, timeout=timeout, memory_mb=3072)
+    if r.error is not None:
+        raise Failure(describe_error(attendee_file, r.error, r.stderr))
+    return r.value  # type: ignore[no-any-return]

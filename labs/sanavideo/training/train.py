@@ -4,7 +4,9 @@
 
 Two phases: (1) the video autoencoder (per-frame encoder + causal 3-D decoder), then the latent
 statistics; (2) the text encoder and the DiT together, with flow matching on the frozen encoder's
-latents and 10% empty prompts for classifier-free guidance. Deterministic for a given --seed.
+latents and 10% empty prompts for classifier-free guidance. A third of every batch is drawn at
+t > 0.97: below that the sparse latent already shows where the object is, and a model that never
+sees near-pure noise learns the colour but never the direction. Deterministic for a given --seed.
 """
 
 from __future__ import annotations
