@@ -85,17 +85,32 @@ def analyse(frames: np.ndarray) -> dict:
 
 
 def describe(a: dict) -> str:
+    from labkit.check import msg
+
     if a["colour"] is None:
-        return "no clear coloured object (mostly background)"
-    moving = f"moving {a['direction']}" if a["direction"] else "not moving clearly"
-    return f"a {a['colour']} object {moving} (centroid moved dx={a['dx']:+.1f}, dy={a['dy']:+.1f} px)"
+        return msg("no clear coloured object (mostly background)", "没有清晰的彩色物体（几乎全是背景）")
+    moved = f"dx={a['dx']:+.1f}, dy={a['dy']:+.1f} px"
+    if a["direction"]:
+        return msg(
+            f"a {a['colour']} object moving {a['direction']} (centroid moved {moved})",
+            f"一个 {a['colour']} 物体向 {a['direction']} 移动（质心移动 {moved}）",
+        )
+    return msg(
+        f"a {a['colour']} object not moving clearly (centroid moved {moved})",
+        f"一个 {a['colour']} 物体没有明显移动（质心移动 {moved}）",
+    )
 
 
 def mismatch(a: dict, prompt: str) -> str | None:
     """None if the clip analysed as ``a`` shows ``prompt``'s colour and direction, else why not."""
     colour, _shape, direction = parse(prompt)
     if a["colour"] != colour or a["direction"] != direction:
-        return f"expected a {colour} object moving {direction}, the video shows {describe(a)}"
+        from labkit.check import msg
+
+        return msg(
+            f"expected a {colour} object moving {direction}, the video shows {describe(a)}",
+            f"应为一个向 {direction} 移动的 {colour} 物体，视频中是{describe(a)}",
+        )
     return None
 
 
