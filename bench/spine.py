@@ -33,8 +33,10 @@ def make_lab(root: Path) -> None:
     (lab / "steps" / "01-noop.md").write_text("# noop\n")
     (lab / "checks" / "01_noop.py").write_text(TRIVIAL_CHECKER)
     (lab / "starter" / "README.txt").write_text("bench\n")
-    (lab / "lab.yaml").write_text("id: bench-lab\ntitle: Bench\nsummary: s\nduration_min: 1\nsteps:\n"
-                                  "  - {id: noop, title: noop, file: steps/01-noop.md, check: checks/01_noop.py}\n")
+    (lab / "lab.yaml").write_text(
+        "id: bench-lab\ntitle: Bench\nsummary: s\nduration_min: 1\nsteps:\n"
+        "  - {id: noop, title: noop, file: steps/01-noop.md, check: checks/01_noop.py}\n"
+    )
 
 
 def pct(values: list[float], q: float) -> float:
@@ -49,7 +51,9 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-spine-"))
     make_lab(tmp / "labs")
-    settings = Settings(data_dir=tmp / "data", labs_dir=tmp / "labs", instructor_token="t", sandbox=args.sandbox)
+    settings = Settings(
+        data_dir=tmp / "data", labs_dir=tmp / "labs", instructor_token="t", sandbox=args.sandbox
+    )
     app = create_app(settings)
     with Session(app.state.ctx.engine) as s:
         create_event(s, title="bench", labs=["bench-lab"], code="BENCH")
@@ -75,10 +79,18 @@ def main() -> None:
             check_inner.append(run["duration_s"])
             assert run["status"] == "passed", run
     result = {
-        "backend": "local", "sandbox": "bwrap" if app.state.ctx.backend.bwrap else "none", "runs": args.runs,
-        "join_to_terminal_ms": {"median": statistics.median(join_to_terminal) * 1e3, "p95": pct(join_to_terminal, .95) * 1e3},
-        "check_roundtrip_ms": {"median": statistics.median(check_rt) * 1e3, "p95": pct(check_rt, .95) * 1e3},
-        "checker_process_ms": {"median": statistics.median(check_inner) * 1e3, "p95": pct(check_inner, .95) * 1e3},
+        "backend": "local",
+        "sandbox": "bwrap" if app.state.ctx.backend.bwrap else "none",
+        "runs": args.runs,
+        "join_to_terminal_ms": {
+            "median": statistics.median(join_to_terminal) * 1e3,
+            "p95": pct(join_to_terminal, 0.95) * 1e3,
+        },
+        "check_roundtrip_ms": {"median": statistics.median(check_rt) * 1e3, "p95": pct(check_rt, 0.95) * 1e3},
+        "checker_process_ms": {
+            "median": statistics.median(check_inner) * 1e3,
+            "p95": pct(check_inner, 0.95) * 1e3,
+        },
     }
     for key, value in result.items():
         if isinstance(value, dict):

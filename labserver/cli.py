@@ -64,8 +64,9 @@ def serve(
     with Session(ctx.engine) as session:
         # broken labs are listed too: they show as unavailable now and work once fixed
         labs = list(ctx.catalog.labs) + sorted(ctx.catalog.broken)
-        event, created = ensure_default_event(session, title=settings.default_event_title, labs=labs,
-                                              code=settings.default_event_code)
+        event, created = ensure_default_event(
+            session, title=settings.default_event_title, labs=labs, code=settings.default_event_code
+        )
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     typer.echo("")
     typer.echo(f"  labserver is starting on {url}")

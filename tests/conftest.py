@@ -51,8 +51,13 @@ def database_url() -> Iterator[str]:
 
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str) -> Settings:
-    return Settings(data_dir=tmp_path / "data", labs_dir=REPO / "labs", web_dir=REPO / "web",
-                    instructor_token=INSTRUCTOR_TOKEN, database_url=database_url)
+    return Settings(
+        data_dir=tmp_path / "data",
+        labs_dir=REPO / "labs",
+        web_dir=REPO / "web",
+        instructor_token=INSTRUCTOR_TOKEN,
+        database_url=database_url,
+    )
 
 
 @pytest.fixture

@@ -26,10 +26,19 @@ def free_port() -> int:
 
 def test_serve_prints_code_and_token_and_answers(tmp_path: Path) -> None:
     port = free_port()
-    env = {**os.environ, "LABSERVER_DATA_DIR": str(tmp_path / "data"), "LABSERVER_LABS_DIR": str(REPO / "labs"),
-           "LABSERVER_INSTRUCTOR_TOKEN": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "labserver.cli", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "LABSERVER_DATA_DIR": str(tmp_path / "data"),
+        "LABSERVER_LABS_DIR": str(REPO / "labs"),
+        "LABSERVER_INSTRUCTOR_TOKEN": "",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labserver.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         out = ""
         deadline = time.monotonic() + 60
@@ -49,7 +58,9 @@ def test_serve_prints_code_and_token_and_answers(tmp_path: Path) -> None:
                 time.sleep(0.1)
         resp = httpx.post(f"{base}/api/v1/join", json={"event_code": code.group(1), "name": "Ada"})
         assert resp.status_code == 200, resp.text
-        labs = httpx.get(f"{base}/api/v1/labs", headers={"Authorization": f"Bearer {resp.json()['token']}"}).json()
+        labs = httpx.get(
+            f"{base}/api/v1/labs", headers={"Authorization": f"Bearer {resp.json()['token']}"}
+        ).json()
         assert "getting-started" in [lab["id"] for lab in labs]
     finally:
         proc.terminate()

@@ -22,6 +22,7 @@ from labserver.backends.base import (
 from labserver.checks import interpret
 from labserver.models import CheckStatus
 
+
 def make_starter(tmp_path: Path) -> Path:
     starter = tmp_path / "starter"
     (starter / "pkg").mkdir(parents=True, exist_ok=True)
@@ -31,8 +32,14 @@ def make_starter(tmp_path: Path) -> Path:
 
 
 def spec_for(tmp_path: Path, env_id: str = "ev1-at1") -> EnvSpec:
-    return EnvSpec(env_id=env_id, event_id=1, attendee_id=1, labs=(LabSeed("demo", make_starter(tmp_path)),),
-                   cpus=1.0, memory_mb=1024)
+    return EnvSpec(
+        env_id=env_id,
+        event_id=1,
+        attendee_id=1,
+        labs=(LabSeed("demo", make_starter(tmp_path)),),
+        cpus=1.0,
+        memory_mb=1024,
+    )
 
 
 def write_checker(tmp_path: Path, body: str) -> Path:
@@ -165,8 +172,13 @@ def test_check_verdict_comes_from_result_channel(backend: Backend, tmp_path: Pat
 
     async def go() -> None:
         ref = await backend.create(spec_for(tmp_path))
-        req = CheckRequest(lab_id="demo", step_id="s1", checker=checker, env={"LAB_ID": "demo", "LAB_STEP": "s1"},
-                           timeout_s=60)
+        req = CheckRequest(
+            lab_id="demo",
+            step_id="s1",
+            checker=checker,
+            env={"LAB_ID": "demo", "LAB_STEP": "s1"},
+            timeout_s=60,
+        )
         raw = await backend.run_check(ref, req)
         verdict = interpret(raw, 60)
         assert verdict.status == CheckStatus.failed, (verdict, raw)
@@ -184,7 +196,9 @@ def test_check_cannot_write_the_workspace(backend_name: str, backend: Backend, t
     # documented (docs/backends.md): without bubblewrap the local backend cannot make the workspace
     # read-only during checks; that variant must show exactly that
     readonly = backend_name != "local-nosandbox"
-    checker = write_checker(tmp_path, """
+    checker = write_checker(
+        tmp_path,
+        """
 import json, os, sys
 try:
     open("answer.txt", "w").write("42")
@@ -193,7 +207,8 @@ except OSError:
     wrote = False
 os.write(int(os.environ["LAB_RESULT_FD"]), json.dumps({"passed": not wrote, "message": "wrote" if wrote else "read-only"}).encode())
 sys.exit(0 if not wrote else 1)
-""")
+""",
+    )
 
     async def go() -> None:
         ref = await backend.create(spec_for(tmp_path))
@@ -260,9 +275,10 @@ def test_reset_lab_keeps_a_backup_and_archive_zips(backend: Backend, tmp_path: P
 def test_python_is_the_lab_python(backend: Backend, tmp_path: Path) -> None:
     async def go() -> None:
         ref = await backend.create(spec_for(tmp_path))
-        res = await backend.exec(ref, ["python", "-c", "import labkit, sys; print('labkit-ok', sys.version_info[:2])"])
+        res = await backend.exec(
+            ref, ["python", "-c", "import labkit, sys; print('labkit-ok', sys.version_info[:2])"]
+        )
         assert b"labkit-ok" in res.stdout, res.stderr
         await backend.destroy(ref)
 
     run(go())
-

@@ -15,8 +15,14 @@ def test_runtime_under_tmp_stays_visible_and_data_is_hidden(tmp_path: Path) -> N
     venv = tmp_path / "venv"
     venv.mkdir()
     data = tmp_path / "data"
-    cmd = wrap(["python"], bwrap="/usr/bin/bwrap", hide=[data], writable=[data / "ws"], chdir=data / "ws",
-               keep=[venv, Path("/usr")])
+    cmd = wrap(
+        ["python"],
+        bwrap="/usr/bin/bwrap",
+        hide=[data],
+        writable=[data / "ws"],
+        chdir=data / "ws",
+        keep=[venv, Path("/usr")],
+    )
     joined = " ".join(cmd)
     assert f"--ro-bind {venv} {venv}" in joined  # under /tmp: bound again after the private /tmp
     assert "--ro-bind /usr /usr" not in joined  # outside /tmp: already visible

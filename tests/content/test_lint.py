@@ -33,16 +33,22 @@ def test_the_shipped_lab_is_clean() -> None:
     assert [p for p in lint_lab(GOOD) if p.level == "error"] == []
 
 
-@pytest.mark.parametrize("edit,expected", [
-    (lambda s: s.replace("duration_min: 15", "duration_min: fifteen"), "getting-started/lab.yaml: duration_min"),
-    (lambda s: s.replace("timeout_s: 30", "timeout_s: -3"), "steps[2] (step 'write-file').timeout_s"),
-    (lambda s: s.replace("    timeout_s: 30", "    timout_s: 30"), "timout_s: unknown field"),
-    (lambda s: s.replace("id: find-device", "id: Find Device"), "steps[0]"),
-    (lambda s: s.replace("checks/03_write_file.py", "checks/nope.py"), "checks/nope.py does not exist"),
-    (lambda s: s.replace("id: getting-started", "id: other-name"), "must equal the folder name"),
-    (lambda s: s + "\n  - [broken", "not valid YAML"),
-    (lambda s: s.replace("id: run-script", "id: find-device"), "used twice"),
-])
+@pytest.mark.parametrize(
+    "edit,expected",
+    [
+        (
+            lambda s: s.replace("duration_min: 15", "duration_min: fifteen"),
+            "getting-started/lab.yaml: duration_min",
+        ),
+        (lambda s: s.replace("timeout_s: 30", "timeout_s: -3"), "steps[2] (step 'write-file').timeout_s"),
+        (lambda s: s.replace("    timeout_s: 30", "    timout_s: 30"), "timout_s: unknown field"),
+        (lambda s: s.replace("id: find-device", "id: Find Device"), "steps[0]"),
+        (lambda s: s.replace("checks/03_write_file.py", "checks/nope.py"), "checks/nope.py does not exist"),
+        (lambda s: s.replace("id: getting-started", "id: other-name"), "must equal the folder name"),
+        (lambda s: s + "\n  - [broken", "not valid YAML"),
+        (lambda s: s.replace("id: run-script", "id: find-device"), "used twice"),
+    ],
+)
 def test_malformed_lab_yaml_names_file_and_field(tmp_path: Path, edit, expected: str) -> None:  # type: ignore[no-untyped-def]
     lab = copy_lab(tmp_path)
     yaml_path = lab / "lab.yaml"
@@ -55,14 +61,20 @@ def test_unknown_code_block_marker_is_an_error(tmp_path: Path) -> None:
     lab = copy_lab(tmp_path)
     md = lab / "steps" / "02-run-script.md"
     md.write_text(md.read_text() + "\n```bash runn\nls\n```\n")
-    assert any("02-run-script.md: line" in p and "unknown code-block marker 'runn'" in p for p in problems(lab))
+    assert any(
+        "02-run-script.md: line" in p and "unknown code-block marker 'runn'" in p for p in problems(lab)
+    )
 
 
 def test_missing_translation_is_a_warning(tmp_path: Path) -> None:
     lab = copy_lab(tmp_path)
     (lab / "steps" / "03-write-file.zh.md").unlink()
     yaml_path = lab / "lab.yaml"
-    yaml_path.write_text(yaml_path.read_text().replace('title: {en: "Write a file", zh: "写一个文件"}', 'title: "Write a file"'))
+    yaml_path.write_text(
+        yaml_path.read_text().replace(
+            'title: {en: "Write a file", zh: "写一个文件"}', 'title: "Write a file"'
+        )
+    )
     found = lint_lab(lab)
     assert {p.level for p in found} == {"warning"}
     assert any("03-write-file.zh.md" in str(p) for p in found)
@@ -91,5 +103,5 @@ def test_server_starts_and_shows_a_broken_lab_as_unavailable(tmp_path: Path) -> 
 
 def test_run_marker_renders_a_button_and_escapes_html() -> None:
     html = render("```bash run\necho '<b>'\n```\n\n<script>alert(1)</script>\n")
-    assert 'class="run-in-terminal"' in html and "data-command=\"echo &#x27;&lt;b&gt;&#x27;\"" in html
+    assert 'class="run-in-terminal"' in html and 'data-command="echo &#x27;&lt;b&gt;&#x27;"' in html
     assert "<script>" not in html

@@ -22,8 +22,10 @@ LAB_DIRS = sorted(p for p in (REPO / "labs").iterdir() if (p / "lab.yaml").exist
 def test_selftest_on_docker(lab_dir, tmp_path, cpu_emu_image: str) -> None:  # type: ignore[no-untyped-def]
     lab = load_lab(lab_dir)
     assert isinstance(lab, Lab), lab
-    settings = Settings(data_dir=tmp_path / "data",
-                        docker=DockerSettings(image=cpu_emu_image, name_prefix=f"lst{uuid.uuid4().hex[:6]}"))
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        docker=DockerSettings(image=cpu_emu_image, name_prefix=f"lst{uuid.uuid4().hex[:6]}"),
+    )
 
     async def go():  # type: ignore[no-untyped-def]
         backend = DockerBackend(settings)

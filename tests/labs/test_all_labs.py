@@ -38,7 +38,9 @@ def test_a_broken_solution_fails_the_selftest_naming_the_step(tmp_path: Path) ->
     assert isinstance(lab, Lab)
     broken = tmp_path / "solution"
     shutil.copytree(lab.solution, broken)
-    (broken / "rmsnorm.py").write_text((broken / "rmsnorm.py").read_text().replace("keepdim=True", "keepdim=False"))
+    (broken / "rmsnorm.py").write_text(
+        (broken / "rmsnorm.py").read_text().replace("keepdim=True", "keepdim=False")
+    )
     report = selftest(lab, solution=broken)
     assert not report.ok
     assert [(r.phase, r.step) for r in report.failures()] == [("solution", "implement-rmsnorm")]

@@ -29,7 +29,9 @@ def test_stale_editor_save_is_refused_and_nothing_is_lost(client: TestClient, ev
     etag = original.headers["etag"].strip('"')
     # meanwhile the file changes on disk (e.g. from the terminal)
     client.put(f"{LAB}/files/rmsnorm.py", content="from terminal\n", headers=ada)
-    resp = client.put(f"{LAB}/files/rmsnorm.py", content="from editor\n", headers={**ada, "If-Match": f'"{etag}"'})
+    resp = client.put(
+        f"{LAB}/files/rmsnorm.py", content="from editor\n", headers={**ada, "If-Match": f'"{etag}"'}
+    )
     assert resp.status_code == 409 and resp.json()["code"] == "conflict"
     assert client.get(f"{LAB}/files/rmsnorm.py", headers=ada).text == "from terminal\n"
 

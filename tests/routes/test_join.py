@@ -19,8 +19,11 @@ def test_wrong_code_is_refused_with_a_clear_message(client: TestClient, event: E
 
 
 def test_wrong_code_message_speaks_chinese_to_chinese_browsers(client: TestClient, event: Event) -> None:
-    resp = client.post("/api/v1/join", json={"event_code": "NOPE42", "name": "Ada"},
-                       headers={"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"})
+    resp = client.post(
+        "/api/v1/join",
+        json={"event_code": "NOPE42", "name": "Ada"},
+        headers={"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"},
+    )
     assert "活动码" in resp.json()["detail"]
 
 
@@ -41,6 +44,13 @@ def test_api_without_token_is_401(client: TestClient, event: Event) -> None:
 
 def test_openapi_is_served_with_the_attendee_api(client: TestClient) -> None:
     paths = client.get("/api/v1/openapi.json").json()["paths"]
-    for path in ("/api/v1/join", "/api/v1/labs", "/api/v1/labs/{lab_id}/steps/{step_id}/check",
-                 "/api/v1/labs/{lab_id}/files/{path}", "/api/v1/environment", "/api/v1/help", "/api/v1/stream"):
+    for path in (
+        "/api/v1/join",
+        "/api/v1/labs",
+        "/api/v1/labs/{lab_id}/steps/{step_id}/check",
+        "/api/v1/labs/{lab_id}/files/{path}",
+        "/api/v1/environment",
+        "/api/v1/help",
+        "/api/v1/stream",
+    ):
         assert path in paths, path

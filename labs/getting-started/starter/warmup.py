@@ -3,7 +3,6 @@
 import json
 
 import torch
-
 from labkit.device import get_device
 
 device = get_device()
