@@ -50,6 +50,7 @@ from labserver.backends.base import LabSeed, PathRefused, safe_relpath
 from labserver.backends.local import HIDDEN
 from labserver.content import Lab
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
+from labserver.services.checking import publish_finished
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, event_labs
 from labserver.services.progress import lab_progress
@@ -387,16 +388,5 @@ async def import_progress(
         raise
     for run in new_runs:
         session.refresh(run)
-        ctx.live.publish(
-            "check.finished",
-            event.id,
-            attendee.id,
-            run_id=run.id,
-            lab=run.lab_id,
-            step=run.step_id,
-            status=str(run.status),
-            message=run.message[:300],
-            name=attendee.name,
-            imported=True,
-        )
+        publish_finished(ctx, run, attendee, imported=True)
     return report

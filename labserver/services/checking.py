@@ -34,6 +34,22 @@ def run_public(run: CheckRun) -> dict:
     }
 
 
+def publish_finished(ctx: AppContext, run: CheckRun, attendee: Attendee, **extra: object) -> None:
+    """Tell the attendee's page and the instructor grid that ``run`` (already committed) finished."""
+    ctx.live.publish(
+        "check.finished",
+        run.event_id,
+        attendee.id,
+        run_id=run.id,
+        lab=run.lab_id,
+        step=run.step_id,
+        status=str(run.status),
+        message=run.message[:300],
+        name=attendee.name,
+        **extra,
+    )
+
+
 async def run_check(
     ctx: AppContext,
     session: Session,
@@ -91,15 +107,5 @@ async def run_check(
             session.add(run)
             session.commit()  # committed before anyone sees it
             session.refresh(run)
-            ctx.live.publish(
-                "check.finished",
-                event.id,
-                attendee.id,
-                run_id=run.id,
-                lab=lab.id,
-                step=step.id,
-                status=str(run.status),
-                message=run.message[:300],
-                name=attendee.name,
-            )
+            publish_finished(ctx, run, attendee)
         return run
