@@ -431,3 +431,31 @@ def test_a_check_from_another_tab_updates_this_page_live(page: Page, context: Br
     expect(page.locator("#lab-progress")).to_contain_text("1/5 passed")
     expect(page.locator("#step-write-file .check-result")).to_have_attribute("data-status", "passed")
     expect(page.locator("#step-write-file .history-list li")).to_have_count(1)
+
+
+MAKE_MEDIA = (
+    "python -c \"import numpy as np, imageio.v2 as iio; "
+    "f=[np.full((32,32,3),(i*30)%255,np.uint8) for i in range(8)]; "
+    "iio.mimwrite('clip.mp4', f, fps=8, codec='libx264', macro_block_size=1); "
+    "iio.imwrite('frame.png', f[3])\" && echo media-made"
+)
+
+
+def test_generated_video_and_image_preview_in_the_editor(page: Page) -> None:
+    join(page)
+    open_lab(page)
+    run_in_terminal(page, MAKE_MEDIA)
+    wait_terminal_line(page, "media-made")
+    show_editor(page)
+    page.click("#refresh-files")
+    open_file(page, "clip.mp4")
+    expect(page.locator("#media-preview video")).to_be_visible()
+    page.wait_for_function("() => document.querySelector('#media-preview video').videoWidth === 32")
+    expect(page.locator(".CodeMirror")).to_be_hidden()
+    expect(page.locator("#save-file")).to_be_disabled()
+    page.screenshot(path=str(SCREENSHOTS / "attendee-media-preview.png"))
+    open_file(page, "frame.png")
+    page.wait_for_function("() => document.querySelector('#media-preview img').naturalWidth === 32")
+    open_file(page, "rmsnorm.py")  # back to text: the editor returns, the preview goes
+    expect(page.locator(".CodeMirror")).to_be_visible()
+    expect(page.locator("#media-preview")).to_be_hidden()

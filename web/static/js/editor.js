@@ -9,6 +9,13 @@
 import { api, el, t, ApiError } from './common.js';
 
 const MODES = { py: 'python', sh: 'shell', bash: 'shell', yaml: 'yaml', yml: 'yaml', md: 'markdown' };
+// media the editor shows instead of editing (a generated video, a plot, a frame)
+const MEDIA = { mp4: 'video', webm: 'video', png: 'img', gif: 'img', jpg: 'img', jpeg: 'img' };
+
+export function mediaKind(path) {
+  const ext = path.includes('.') ? path.split('.').pop().toLowerCase() : '';
+  return MEDIA[ext] || null;
+}
 
 function modeFor(path) {
   const ext = path.includes('.') ? path.split('.').pop().toLowerCase() : '';
@@ -32,7 +39,9 @@ export class LabEditor {
     const host = root.querySelector('#editor');
     host.innerHTML = '';
     this.emptyEl = el('p', { class: 'editor-empty', text: t('no_file') });
-    host.append(this.emptyEl);
+    this.previewEl = el('div', { class: 'media-preview', id: 'media-preview' });
+    this.previewEl.hidden = true;
+    host.append(this.emptyEl, this.previewEl);
     this.cm = CodeMirror(host, {
       value: '', lineNumbers: true, indentUnit: 4, tabSize: 4, indentWithTabs: false,
       matchBrackets: true, readOnly: 'nocursor',
@@ -132,7 +141,28 @@ export class LabEditor {
     return { text, etag };
   }
 
+  showMedia(path, kind) {
+    // media are shown, never edited; a fresh URL each time so a re-generated clip is the new one
+    const src = `${this.url(path)}?t=${Date.now()}`;
+    const media = kind === 'video'
+      ? el('video', { src, controls: true, loop: true, muted: true, autoplay: true, playsinline: true })
+      : el('img', { src, alt: path });
+    this.previewEl.replaceChildren(media);
+    this.previewEl.hidden = false;
+    this.cm.getWrapperElement().hidden = true;
+    this.emptyEl.hidden = true;
+    this.current = path;
+    this.pathEl.textContent = path;
+    document.body.dataset.editorPath = path;
+    this.hideConflict();
+    this.setStatus('');
+    this.updateDirty();
+    this.saveBtn.disabled = true;
+  }
+
   async open(path) {
+    const kind = mediaKind(path);
+    if (kind) { this.showMedia(path, kind); return; }
     if (path === this.current) return;
     let b = this.buffers.get(path);
     if (!b) {
@@ -158,6 +188,8 @@ export class LabEditor {
     this.current = path;
     this.cm.swapDoc(b.doc);  // the previous file keeps its own document, unsaved text included
     this.cm.setOption('readOnly', false);
+    this.previewEl.hidden = true;
+    this.previewEl.replaceChildren();
     this.cm.getWrapperElement().hidden = false;
     this.emptyEl.hidden = true;
     this.pathEl.textContent = path;
@@ -183,7 +215,7 @@ export class LabEditor {
 
   async save({ force = false } = {}) {
     const path = this.current;
-    if (!path) return false;
+    if (!path || !this.buffers.has(path)) return false;  // nothing open, or a media preview
     const b = this.buffers.get(path);
     const gen = b.doc.changeGeneration();
     const headers = { 'Content-Type': 'text/plain; charset=utf-8' };
@@ -245,7 +277,7 @@ export class LabEditor {
     const path = this.current;
     if (!path) return;
     const b = this.buffers.get(path);
-    if (b.isNew) return;
+    if (!b || b.isNew) return;  // a media preview, or a file not saved yet
     let file;
     try { file = await this.fetchFile(path); } catch (err) { return; }
     if (file.text === null || file.etag === b.etag || path !== this.current) return;
