@@ -7,7 +7,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 WEB_STAMP := web/node_modules/.installed
 
-.PHONY: run setup web test lint typecheck unit e2e test-postgres messages dist clean
+.PHONY: run setup web test lint typecheck unit e2e test-postgres messages dist clean screenshots
 
 run: setup web ## set everything up and start the server (SQLite + local backend)
 	$(BIN)/labserver serve
@@ -47,6 +47,9 @@ test-postgres: setup web
 	@if [ -n "$$LABSERVER_TEST_DATABASE_URL" ]; then \
 	  $(BIN)/pytest -q -p no:cacheprovider tests/routes tests/test_db.py tests/test_checks.py tests/services; \
 	else echo "test-postgres: LABSERVER_TEST_DATABASE_URL not set (.ci/run sets it)"; fi
+
+screenshots: setup web ## retake the documentation screenshots (docs/img/) with the browser tests
+	LABSERVER_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
 test: lint typecheck unit e2e test-postgres ## ruff, mypy, pytest (unit, integration, browser, PostgreSQL)
 

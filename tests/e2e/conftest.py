@@ -24,7 +24,14 @@ from playwright.sync_api import Page, expect
 REPO = Path(__file__).resolve().parents[2]
 EVENT_CODE = "E2ECODE"
 INSTRUCTOR_TOKEN = "e2e-instructor-token"
-SCREENSHOTS = REPO / "docs" / "img"
+# screenshots for the docs: written to docs/img/ only when asked (`make screenshots`), else to
+# test-results/ so a test run leaves the checkout clean
+SCREENSHOTS = (
+    Path(os.environ["LABSERVER_SCREENSHOTS"])
+    if os.environ.get("LABSERVER_SCREENSHOTS")
+    else (REPO / "test-results" / "screenshots")
+)
+SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
 CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tests.e2e.conftest import REPO, run_in_terminal, wait_terminal, wait_terminal_line
+from tests.e2e.conftest import REPO, SCREENSHOTS, run_in_terminal, wait_terminal, wait_terminal_line
 
 pytestmark = pytest.mark.browser
 
@@ -191,7 +191,7 @@ def test_selfpaced_flow_offline(browser: Browser, selfpaced: SelfPaced) -> None:
         page.reload()
         wait_terminal(page)
         expect(page.locator("#lab-progress")).to_contain_text("2/5")
-        page.screenshot(path=str(REPO / "docs" / "img" / "selfpaced-lab.png"))
+        page.screenshot(path=str(SCREENSHOTS / "selfpaced-lab.png"))
         page.goto("/")
         expect(page).to_have_url(f"{base}/labs")
     finally:
