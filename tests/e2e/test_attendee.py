@@ -434,7 +434,7 @@ def test_a_check_from_another_tab_updates_this_page_live(page: Page, context: Br
 
 
 MAKE_MEDIA = (
-    "python -c \"import numpy as np, imageio.v2 as iio; "
+    'python -c "import numpy as np, imageio.v2 as iio; '
     "f=[np.full((32,32,3),(i*30)%255,np.uint8) for i in range(8)]; "
     "iio.mimwrite('clip.mp4', f, fps=8, codec='libx264', macro_block_size=1); "
     "iio.imwrite('frame.png', f[3])\" && echo media-made"
