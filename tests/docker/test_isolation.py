@@ -23,10 +23,10 @@ sys.exit(0 if ok else 1)
 """
 
 ATTACKS = {
-    "fork-bomb": ["bash", "-c", "bomb() { bomb | bomb & }; bomb"],
     "memory-hog": ["python", "-c", "x = []\nwhile True: x.append(bytearray(50 * 2**20))"],
     "tmp-filler": ["dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M"],
     "workspace-filler": ["dd", "if=/dev/zero", "of=/workspace/fill", "bs=1M", "count=300"],
+    "fork-bomb": ["bash", "-c", "bomb() { bomb | bomb & }; bomb"],  # last: see below
 }
 
 
@@ -39,9 +39,12 @@ def test_noisy_neighbour_cannot_take_the_machine(
     async def go() -> None:
         noisy, victim = await docker_backend.create(make_spec()), await docker_backend.create(make_spec())
         await docker_backend.write_file(victim, "lab1/answer.txt", b"42\n")
-        attacks = [
-            asyncio.ensure_future(docker_backend.exec(noisy, argv, timeout=25)) for argv in ATTACKS.values()
-        ]
+        # the fork bomb starts last: once it holds every pid, the other attacks could not even start
+        attacks = []
+        for name, argv in ATTACKS.items():
+            if name == "fork-bomb":
+                await asyncio.sleep(1.5)
+            attacks.append(asyncio.ensure_future(docker_backend.exec(noisy, argv, timeout=25)))
         await asyncio.sleep(4)  # let them bite
         # the victim: a check and a terminal still work while the neighbour misbehaves
         raw = await docker_backend.run_check(victim, CheckRequest("lab1", "s", checker, {}, timeout_s=90))
