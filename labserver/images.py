@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,20 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = REPO_ROOT / "provisioning" / "images"
 LABKIT_DIR = REPO_ROOT / "labs" / "labkit"
 
-BASE_IMAGE = "labserver/base:bookworm"
+
+def _base_tag(images_dir: Path) -> str:
+    """``labserver/base:bookworm-<hash of its package list>``: a changed list makes a new base."""
+    path = images_dir / "make-base-image.sh"
+    if not path.is_file():  # an installed wheel carries no provisioning/ folder
+        return "labserver/base:bookworm"
+    script = path.read_text()
+    found = re.search(r'^PACKAGES="([^"]*)"', script, re.M)
+    digest = hashlib.sha256((found.group(1) if found else script).encode()).hexdigest()[:10]
+    return f"labserver/base:bookworm-{digest}"
+
+
+BASE_IMAGE = _base_tag(IMAGES_DIR)
+
 CPU_EMU_REPO = "labserver/cpu-emu"
 STABLE_TAG = "latest"
 HASH_LABEL = "labserver.content-hash"

@@ -16,7 +16,9 @@ set -euo pipefail
 TAG="${1:-labserver/base:bookworm}"
 DOCKER="${DOCKER:-/usr/bin/docker}"
 SUITE="${SUITE:-bookworm}"
-PACKAGES="python3,python3-venv,bash,procps,less,nano,ca-certificates${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}"
+# the tag labserver/images.py uses carries a hash of this list: change it and a new base is built
+# (git and patch: labs apply patches, e.g. sanavideo's one-click deployment)
+PACKAGES="python3,python3-venv,bash,procps,less,nano,ca-certificates,git,patch${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}"
 
 if "$DOCKER" image inspect "$TAG" >/dev/null 2>&1; then
   echo "base image $TAG already present"
