@@ -16,11 +16,8 @@
    page at 300 x 40, time to a usable grid (navigation to the table built) and the time the page's JS
    spends building it; then, for real checks, check finished -> cell changed on the page.
 
-   ``--attendee-session short`` (the default while the spine's ``/api/v1/stream`` keeps its
-   request-scoped database session open for the life of the stream, so that more than 15 attendee
-   streams exhaust SQLAlchemy's pool of 5 + 10 and the server stops answering) runs the server with
-   ``current_attendee`` overridden to use a short-lived session; ``--attendee-session as-is`` runs it
-   unchanged. The figures say which.
+   The server runs unchanged (``labserver.app:create_app``): attendee streams hold no database
+   connection (``tests/routes/test_stream.py``), so 300 open pages leave the pool free.
 """
 
 from __future__ import annotations
@@ -43,32 +40,10 @@ import time
 from pathlib import Path
 
 import httpx
-from fastapi import FastAPI, HTTPException, Request
 from sqlmodel import Session
-
-from labserver.routes.deps import Me, current_attendee, resolve_attendee, token_from
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "bench-instructor-token"
-
-
-def short_attendee(request: Request) -> Me:
-    """``current_attendee`` on a short-lived session (see the module docstring)."""
-    ctx = request.app.state.ctx
-    with Session(ctx.engine, expire_on_commit=False) as session:
-        me = resolve_attendee(session, token_from(request.headers, request.cookies))
-    if me is None:
-        raise HTTPException(401, "Join an event first.")
-    return me
-
-
-def patched_app() -> FastAPI:
-    """The server with ``current_attendee`` on a short-lived session."""
-    from labserver.app import create_app
-
-    app = create_app()
-    app.dependency_overrides[current_attendee] = short_attendee
-    return app
 
 
 def make_labs(root: Path, copies: int) -> list[str]:
@@ -382,7 +357,6 @@ def main() -> None:
     parser.add_argument("--labs", type=int, default=8, help="copies of the 5-step lab (8 = 40 steps)")
     parser.add_argument("--checks", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--attendee-session", choices=["short", "as-is"], default="short")
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium figures")
     args = parser.parse_args()
 
@@ -408,10 +382,8 @@ def main() -> None:
 
         print(f"\n== SSE delivery with {len(tokens)} attendee and {args.instructors} instructor streams ==")
         port = free_port()
-        factory = (
-            "bench.dashboard:patched_app" if args.attendee_session == "short" else "labserver.app:create_app"
-        )
-        print(f"server: uvicorn {factory} (attendee session: {args.attendee_session})")
+        factory = "labserver.app:create_app"
+        print(f"server: uvicorn {factory}")
         env = {
             **os.environ,
             "LABSERVER_DATA_DIR": str(data_dir),
