@@ -115,7 +115,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(FileNotFoundError)
     async def _not_found(_req: Request, exc: FileNotFoundError) -> JSONResponse:
-        return JSONResponse({"detail": f"No such file: {exc.args[0] if exc.args else ''}"}, status_code=404)
+        # ours carry the path as their message; the OS's carry (errno, strerror) and a filename
+        name = exc.args[0] if exc.args and isinstance(exc.args[0], str) else Path(exc.filename or "").name
+        return JSONResponse({"detail": f"No such file: {name}"}, status_code=404)
 
     @app.exception_handler(IsADirectoryError)
     async def _is_dir(_req: Request, exc: IsADirectoryError) -> JSONResponse:

@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -394,7 +395,11 @@ class LocalBackend:
         entries = []
         for item in sorted(base.rglob("*")):
             rel = item.relative_to(ws)
-            if any(part in HIDDEN or part == "__pycache__" for part in rel.parts) or item.is_symlink():
+            if (
+                any(part in HIDDEN or part == "__pycache__" for part in rel.parts)
+                or item.is_symlink()
+                or item.name.endswith(".saving")
+            ):
                 continue
             st = item.stat()
             entries.append(
@@ -417,7 +422,8 @@ class LocalBackend:
 
         def _write() -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.saving")
+            # a name of its own per write: two saves of one file at once must not share a temp file
+            tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.saving")
             tmp.write_bytes(data)
             os.replace(tmp, target)  # never a half-written file
 

@@ -282,3 +282,18 @@ def test_python_is_the_lab_python(backend: Backend, tmp_path: Path) -> None:
         await backend.destroy(ref)
 
     run(go())
+
+
+def test_concurrent_writes_of_one_file_all_succeed(backend: Backend, tmp_path: Path) -> None:
+    """Ctrl+S twice, or Ctrl+S and the Save button: two saves of one file at once."""
+
+    async def go() -> None:
+        ref = await backend.create(spec_for(tmp_path))
+        bodies = [f"version {i}\n".encode() for i in range(8)]
+        await asyncio.gather(*(backend.write_file(ref, "demo/notes/same.txt", b) for b in bodies))
+        assert await backend.read_file(ref, "demo/notes/same.txt") in bodies
+        names = {e.path for e in await backend.list_files(ref, "demo")}
+        assert not any(n.endswith(".saving") for n in names), names
+        await backend.destroy(ref)
+
+    run(go())
