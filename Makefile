@@ -35,8 +35,9 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy labserver labs/labkit/labkit
 
+# SQLite here (the PostgreSQL pass below runs the database-facing tests again)
 unit: setup web
-	$(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e
+	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e
 
 # browser tests run in their own pytest process (Playwright's sync API and async tests clash)
 e2e: setup web
