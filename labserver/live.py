@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,17 +87,28 @@ class LiveHub:
     def subscribers(self) -> int:
         return len(self._subs)
 
-    async def stream(self, sub: Subscription, *, keepalive_s: float = 15.0) -> AsyncIterator[dict[str, str]]:
-        """SSE dicts for ``sub``: first a ``ready`` event (the subscription is live), then events,
-        with a comment keepalive when idle. Unsubscribes when the client goes away."""
+    async def stream(
+        self,
+        sub: Subscription,
+        *,
+        keepalive_s: float = 15.0,
+        ready: dict[str, Any] | None = None,
+        render: Callable[[LiveEvent], dict[str, str] | None] | None = None,
+    ) -> AsyncIterator[dict[str, str]]:
+        """SSE dicts for ``sub``: first a ``ready`` event (the subscription is live; ``ready`` adds to
+        its payload), then events, with a comment keepalive when idle. ``render`` turns an event into
+        an SSE dict, or None to send nothing (default: :meth:`LiveEvent.sse`). Unsubscribes when the
+        client goes away."""
         try:
-            yield {"event": "ready", "data": json.dumps({"kind": "ready"})}
+            yield {"event": "ready", "data": json.dumps({"kind": "ready", **(ready or {})})}
             while True:
                 try:
                     ev = await asyncio.wait_for(sub.get(), keepalive_s)
                 except TimeoutError:
                     yield {"comment": "keepalive"}
                     continue
-                yield ev.sse()
+                out = render(ev) if render else ev.sse()
+                if out is not None:
+                    yield out
         finally:
             sub.close()

@@ -16,7 +16,6 @@ SSE events (``data`` is JSON):
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -65,20 +64,16 @@ def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[s
     return None
 
 
-async def instructor_stream(
+def instructor_stream(
     ctx: AppContext, event: Event, sub: Subscription, *, keepalive_s: float = 15.0
 ) -> AsyncIterator[dict[str, str]]:
-    try:
-        yield {"event": "ready", "data": json.dumps({"kind": "ready", "event_id": event.id})}
-        while True:
-            try:
-                ev = await asyncio.wait_for(sub.get(), keepalive_s)
-            except TimeoutError:
-                yield {"comment": "keepalive"}
-                continue
-            out = translate(ctx, event, ev)
-            if out is not None:
-                name, payload = out
-                yield {"event": name, "id": str(ev.seq), "data": json.dumps(payload, separators=(",", ":"))}
-    finally:
-        sub.close()
+    """The hub's stream with events translated to compact grid deltas."""
+
+    def render(ev: LiveEvent) -> dict[str, str] | None:
+        out = translate(ctx, event, ev)
+        if out is None:
+            return None
+        name, payload = out
+        return {"event": name, "id": str(ev.seq), "data": json.dumps(payload, separators=(",", ":"))}
+
+    return ctx.live.stream(sub, keepalive_s=keepalive_s, ready={"event_id": event.id}, render=render)
