@@ -314,29 +314,10 @@ def build_cpu_emu(
         shutil.copy2(images_dir / name, context / name)
 
     progress("build", f"building {tag}")
-    buildkit = os.environ.get("DOCKER_BUILDKIT", "1")
-    cmd = [
-        docker_cli(),
-        "build",
-        "--network",
-        "none",
-        "-f",
-        str(context / "Dockerfile.cpu-emu"),
-        "--build-arg",
-        f"BASE_IMAGE={base_image}",
-        "--label",
-        f"{HASH_LABEL}={digest}",
-        "-t",
-        tag,
-        "-t",
-        stable,
-    ]
-    if buildkit == "1":
-        cmd += ["--progress", "plain"]
-    cmd.append(str(context))
-    _stream(cmd, "build", progress, dict(os.environ, DOCKER_BUILDKIT=buildkit))
+    _docker_build(tag, stable, context / "Dockerfile.cpu-emu", context, base_image, digest, progress)
     mark("build", t)
-    if buildkit != "1":  # the legacy builder leaves the deps stage as a dangling image
+    # the legacy builder leaves the deps stage as a dangling image
+    if os.environ.get("DOCKER_BUILDKIT", "1") != "1":
         _docker(["image", "prune", "-f", "--filter", "dangling=true"])
     shutil.rmtree(context, ignore_errors=True)
     progress("done", f"built {tag}")
