@@ -29,6 +29,7 @@ from labserver.routes.deps import (
 )
 from labserver.services import checking, environments, progress
 from labserver.services.events import JoinError, join
+from labserver.services.help import ACTIVE as ACTIVE_HELP
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 
@@ -328,7 +329,7 @@ def api_help(body: HelpIn, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -
         select(HelpRequest).where(
             HelpRequest.attendee_id == me.id,
             HelpRequest.state.in_(  # type: ignore[attr-defined]
-                [HelpState.open, HelpState.claimed]
+                ACTIVE_HELP
             ),
         )
     ).first()
@@ -373,7 +374,7 @@ def api_my_help(me: CurrentAttendee, session: SessionDep) -> dict[str, Any] | No
         .where(
             HelpRequest.attendee_id == me.id,
             HelpRequest.state.in_(  # type: ignore[attr-defined]
-                [HelpState.open, HelpState.claimed]
+                ACTIVE_HELP
             ),
         )
         .order_by(col(HelpRequest.id).desc())
@@ -387,7 +388,7 @@ def api_cancel_help(me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> dict[
         select(HelpRequest).where(
             HelpRequest.attendee_id == me.id,
             HelpRequest.state.in_(  # type: ignore[attr-defined]
-                [HelpState.open, HelpState.claimed]
+                ACTIVE_HELP
             ),
         )
     ).all():
