@@ -177,7 +177,7 @@ class LocalBackend:
 
     def _runtime(self) -> list[Path]:
         """Folders sandboxed processes need to see (a venv or labs under /tmp would vanish)."""
-        return [Path(sys.prefix), Path(sys.base_prefix), self.settings.labs_dir]
+        return [*sandbox.runtime_paths(), self.settings.labs_dir]
 
     # -- lifecycle -------------------------------------------------------------------------
     async def create(self, spec: EnvSpec, progress: ProgressCallback | None = None) -> EnvRef:
