@@ -52,7 +52,17 @@ test-postgres: setup web
 screenshots: setup web ## retake the documentation screenshots (docs/img/) with the browser tests
 	LABSERVER_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
-test: lint typecheck unit e2e test-postgres ## ruff, mypy, pytest (unit, integration, browser, PostgreSQL)
+# every part runs even when an earlier one fails; the time of each and the total are printed last
+TEST_PARTS := lint typecheck unit e2e test-postgres
+test: setup web ## ruff, mypy, pytest (unit, integration, browser, PostgreSQL), with the time each took
+	@start=$$(date +%s); failed=""; report=""; \
+	for part in $(TEST_PARTS); do \
+	  t0=$$(date +%s); $(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
+	  report="$$report$$(printf '  %-14s %5d s' $$part $$(( $$(date +%s) - t0 )))\n"; \
+	done; \
+	total=$$(( $$(date +%s) - start )); \
+	printf '\nmake test, time per part:\n%b  %-14s %5d s (%d min %02d s)\n' "$$report" total $$total $$((total / 60)) $$((total % 60)); \
+	if [ -n "$$failed" ]; then echo "make test FAILED in:$$failed"; exit 1; fi
 
 messages: setup ## extract attendee UI strings (babel.cfg) and update the Chinese catalog
 	mkdir -p build
