@@ -20,6 +20,7 @@ from labserver import __version__, db
 from labserver.backends import make_backend
 from labserver.backends.base import BackendError, PathRefused
 from labserver.config import Settings
+from labserver.csrf import CSRFMiddleware
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
 from labserver.services.context import AppContext
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.ctx = ctx
     app.state.ready = False
+    app.add_middleware(CSRFMiddleware, trusted_origins=settings.trusted_origins)
 
     @app.exception_handler(BackendError)
     async def _backend_error(_req: Request, exc: BackendError) -> JSONResponse:

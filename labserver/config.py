@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     labs_dir: Path = Field(default_factory=_default_labs_dir)
     web_dir: Path = Field(default_factory=_default_web_dir)
     secret_key: str = ""  # signs session cookies; generated and stored in data_dir when empty
+    trusted_origins: list[str] = Field(default_factory=list)  # besides the Host: for proxies (csrf.py)
     sandbox: Literal["auto", "bwrap", "none"] = "auto"  # local backend isolation for checks
     selfpaced: bool = False
     checks: CheckSettings = Field(default_factory=CheckSettings)
