@@ -112,6 +112,8 @@ def check() -> tuple[str, dict[str, float]]:
         (lengths[1], "hybrid_ms", hybrid, False),
         (lengths[-2], "stream_ms", stream, True),
     ):
+        # rerun on the machine that wrote prefill.json: the hybrid time depends on routing
+        # decisions (another CPU moved the 96-token figure by 1.1 of 2919 ms), not on the clock
         mine = prefill_ms(n, is_stream)
         theirs = values[lengths.index(n)]
         if abs(mine - theirs) > 1e-3 * mine:

@@ -52,6 +52,9 @@ def check() -> tuple[str, dict[str, float]]:
             )
         got = dc.serve(reqs, PREFILL, overrides, RUN, logits=False)
         measured[name] = got
+        # H counts routing decisions, so it (and the emulated time built on it) may differ on
+        # another CPU by a near tie; the checker reruns on the attendee's own machine (grader
+        # containers share its engine), where the run repeats exactly
         mine = {"H": got["hit_rate"], "tpot_ms": got["tpot_ms"], "decode_tok_s": got["decode_tok_s"]}
         for key, value in mine.items():
             theirs = number(sec, key, name)

@@ -25,7 +25,10 @@ from labkit.check import Failure, msg, run_function  # noqa: E402
 
 #: prompts the attendee has never seen (the workspace scripts use seed 1)
 HELDOUT_SEED = 7919
-#: logits may differ from the reference by the W8A8 / Q8_0 activation rounding only
+#: logits may differ from the reference by the W8A8 / Q8_0 activation rounding only: the solution
+#: stays within 0.007-0.012 x std on every step's prompts (ATen's AVX512 and scalar kernels alike,
+#: the reference is computed here, in the same run); one expert computed with its neighbour's
+#: weights gives 0.42
 LOGIT_TOL = 0.05
 
 _CKPT: Checkpoint | None = None

@@ -17,8 +17,10 @@ SCALE = 2.0**-15  # 64 GiB -> 2 MiB: the whole 3.7 MB model does not fit, attent
 
 @pytest.fixture(scope="module")
 def shipped():
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    return load_tiny_moe()
+    yield load_tiny_moe()
+    torch.set_num_threads(before)
 
 
 def _resident(model, hot: torch.Tensor) -> dict[str, int]:

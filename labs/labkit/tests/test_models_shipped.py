@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -10,11 +12,36 @@ from labkit import emu
 from labkit.models import WEIGHTS_DIR, corpus, load_tiny_moe, tiny_moe_meta
 from labkit.models.analysis import topic_routing_report
 
+#: Router logits differ between CPUs and thread counts by a few float32 ulps (3e-6 at most for
+#: logits up to 7.8, between the AVX512, AVX2 and scalar kernels and 1 vs 2 threads): a routing
+#: decision whose k-th and (k+1)-th logits are closer than this may go the other way elsewhere.
+NEAR_TIE = 1e-4
+
 
 @pytest.fixture(scope="module")
 def shipped():
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    return load_tiny_moe()
+    yield load_tiny_moe()
+    torch.set_num_threads(before)
+
+
+@contextmanager
+def count_near_ties(model, found: list[int]) -> Iterator[None]:
+    """Add to ``found[0]`` every routing decision made inside the block that is a near tie."""
+
+    def hook(moe, args, _out) -> None:  # type: ignore[no-untyped-def]
+        x = args[0]
+        logits = moe.route(x.reshape(-1, x.shape[-1]))[2]
+        top = logits.topk(moe.top_k + 1, dim=-1).values
+        found[0] += int((top[:, -2] - top[:, -1] < NEAR_TIE).sum())
+
+    handles = [moe.register_forward_hook(hook) for moe in model.moe_layers]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def test_weights_are_small_safetensors_files():
@@ -79,7 +106,9 @@ def test_next_token_and_mtp_predict_held_out_text(shipped):
 
 def test_routing_is_skewed_and_depends_on_the_topic(shipped):
     model, tok = shipped
-    r = topic_routing_report(model, tok)
+    near = [0]
+    with count_near_ties(model, near):
+        r = topic_routing_report(model, tok)
     print(
         f"hot-{r['hot']} of {r['n_experts']}: own-topic coverage {r['own_mean']:.3f} "
         f"{ {k: round(v, 3) for k, v in r['own'].items()} }, cross-topic {r['cross_mean']:.3f}, "
@@ -90,8 +119,17 @@ def test_routing_is_skewed_and_depends_on_the_topic(shipped):
     # prompt-dependent: another topic's hot set covers much less (random weights fail this:
     # their router favours the same few experts whatever the topic, own ~0.65 vs cross ~0.62)
     assert r["own_mean"] > r["cross_mean"] + 0.15
-    # the figures recorded at training time are reproduced exactly
-    assert tiny_moe_meta()["routing"]["own_mean"] == pytest.approx(r["own_mean"], abs=1e-12)
+    # the figures recorded at training time come back: exactly on a CPU that routes every token
+    # as the training machine did; elsewhere only a near-tie decision can go the other way, and
+    # each moves one activation between two experts, so a topic's own coverage by at most
+    # 2 / (its activations) (one in or out of the hot set, one more if the hot set swaps a tie)
+    meta = tiny_moe_meta()["routing"]
+    fewest = min(sum(map(sum, c)) for c in r["counts"].values())
+    per_topic = 2 * near[0] / fewest
+    print(f"{near[0]} near-tie routing decisions: own coverage +-{per_topic:.1e}")
+    for topic, own in meta["own"].items():
+        assert r["own"][topic] == pytest.approx(own, abs=per_topic), topic
+    assert r["own_mean"] == pytest.approx(meta["own_mean"], abs=per_topic / len(meta["own"]))
 
 
 def test_decode_step_is_accounted_under_every_profile(shipped):
