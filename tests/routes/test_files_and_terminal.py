@@ -1,14 +1,20 @@
-"""Files through the API (ETag conflicts, nothing lost) and the terminal WebSocket (real PTY,
+"""Files through the API (ETag conflicts, nothing lost, one compare-and-write at a time) and the
+terminal WebSocket (real PTY,
 re-attach keeps the shell)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import threading
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi.testclient import TestClient
 
+from labserver.backends.base import EnvRef
+from labserver.backends.local import LocalBackend
 from labserver.models import Event
 from tests.conftest import join
 
@@ -34,6 +40,64 @@ def test_stale_editor_save_is_refused_and_nothing_is_lost(client: TestClient, ev
     )
     assert resp.status_code == 409 and resp.json()["code"] == "conflict"
     assert client.get(f"{LAB}/files/rmsnorm.py", headers=ada).text == "from terminal\n"
+
+
+class HeldSave(LocalBackend):
+    """The first write waits until the test lets it go; ``overlap`` is set once a second save is
+    under way meanwhile (reading the file, or waiting for its turn on the environment's lock)."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        super().__init__(backend.settings)
+        self.writing = threading.Event()
+        self.overlap = threading.Event()
+        self.go = threading.Event()
+
+    async def read_file(self, ref: EnvRef, path: str) -> bytes:
+        if self.writing.is_set():
+            self.overlap.set()
+        return await super().read_file(ref, path)
+
+    async def write_file(self, ref: EnvRef, path: str, data: bytes) -> None:
+        if not self.writing.is_set():
+            self.writing.set()
+            await asyncio.to_thread(self.go.wait, 60)
+        await super().write_file(ref, path, data)
+
+
+class OverlapLock(asyncio.Lock):
+    def __init__(self, overlap: threading.Event) -> None:
+        super().__init__()
+        self.overlap = overlap
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.overlap.set()
+        return await super().acquire()
+
+
+def test_two_saves_from_one_version_one_wins_the_other_is_refused(client: TestClient, event: Event) -> None:
+    """Compare and write are one step: two saves that both start from the same ETag (two tabs, or a
+    double Ctrl+S) cannot both succeed, or the first one's text is lost without a word."""
+    ada = join(client)
+    etag = client.get(f"{LAB}/files/rmsnorm.py", headers=ada).headers["etag"]
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    backend = ctx.backend = HeldSave(ctx.backend)
+    env_id = client.get("/api/v1/environment", headers=ada).json()["id"]
+    ctx.file_locks[env_id] = OverlapLock(backend.overlap)
+
+    def save(text: str) -> int:
+        url = f"{LAB}/files/rmsnorm.py"
+        return client.put(url, content=text, headers={**ada, "If-Match": etag}).status_code
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(save, "first\n")
+        assert backend.writing.wait(60)  # the first save is writing
+        second = pool.submit(save, "second\n")
+        assert backend.overlap.wait(60)  # the second one has arrived
+        backend.go.set()
+        statuses = {"first": first.result(), "second": second.result()}
+    assert statuses == {"first": 200, "second": 409}
+    assert client.get(f"{LAB}/files/rmsnorm.py", headers=ada).text == "first\n"
 
 
 def test_reset_keeps_a_dated_backup(client: TestClient, event: Event) -> None:
