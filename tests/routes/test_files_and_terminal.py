@@ -1,6 +1,5 @@
 """Files through the API (ETag conflicts, nothing lost, one compare-and-write at a time) and the
-terminal WebSocket (real PTY,
-re-attach keeps the shell)."""
+terminal WebSocket (real PTY, re-attach keeps the shell, input waits for the first prompt)."""
 
 from __future__ import annotations
 
@@ -119,9 +118,12 @@ def test_download_is_a_zip_of_my_lab(client: TestClient, event: Event) -> None:
 
 
 def _read_until(ws, needle: str) -> str:  # type: ignore[no-untyped-def]
+    """The shell's output up to ``needle`` (text frames are control messages: skipped)."""
     buf = b""
     while needle.encode() not in buf:
-        buf += ws.receive_bytes()
+        msg = ws.receive()
+        assert msg["type"] != "websocket.close", f"closed before {needle!r}: {buf!r}"
+        buf += msg.get("bytes") or b""
     return buf.decode(errors="replace")
 
 
@@ -136,3 +138,15 @@ def test_terminal_roundtrip_and_reattach_keeps_the_shell(client: TestClient, eve
     with client.websocket_connect(f"{LAB}/terminal?token={token}") as ws:
         ws.send_bytes(b"echo $LS_MARK\r")
         assert "kept-42" in _read_until(ws, "kept-42")
+
+
+def test_input_sent_before_the_first_prompt_waits_for_it(client: TestClient, event: Event) -> None:
+    """Typed the moment the socket opens (the shell is not even started): no echo before the
+    prompt, the command once, after it."""
+    ada = join(client)
+    token = ada["Authorization"].split()[1]
+    with client.websocket_connect(f"{LAB}/terminal?token={token}") as ws:
+        ws.send_bytes(b"echo early-$((6*7))\r")
+        out = _read_until(ws, "early-42\r\n")
+    assert out.count("echo early-$((6*7))") == 1, out
+    assert out.index("getting-started$ ") < out.index("echo early"), out
