@@ -3,7 +3,12 @@
 A :class:`TerminalSession` owns one backend PTY per (environment, lab). Browsers attach and detach:
 a network blip or a reload re-attaches to the same shell and first receives the recent output
 (scrollback). Several viewers may attach (the attendee, and an instructor read-only). A session with
-no viewer is closed after ``idle_close_s``; a shell that exits ends the session."""
+no viewer is closed after ``idle_close_s``; a shell that exits ends the session.
+
+Input that arrives before the shell's first prompt (typed the moment the terminal opens, a "Run in
+terminal" command queued while the socket was down) is held and written once that prompt is out,
+when the terminal marks its prompts (``Terminal.marks_prompt``). Written earlier, the PTY would echo
+it before the prompt, and the shell would show it a second time after: ``echo hi$ echo hi``."""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from labserver.backends.base import Terminal
+from labserver.backends.base import PROMPT_END, Terminal
 
 Key = tuple[str, str]  # (env_id, lab_id)
 SCROLLBACK = 128 * 1024
+HELD_MAX = 64 * 1024  # input held before the first prompt; beyond this it is dropped
 
 
 class TerminalSession:
@@ -24,6 +30,15 @@ class TerminalSession:
         self.scrollback = bytearray()
         self.viewers: set[asyncio.Queue[bytes]] = set()
         self.closed = False
+        #: set once the shell reads its input (its first prompt is out), or it has ended; viewers
+        #: that type are told (routes/terminal.py)
+        self.ready = asyncio.Event()
+        self._held = bytearray()
+        self._tail = b""  # the end of the output so far, for a mark split across two reads
+        self._writing = asyncio.Lock()  # input reaches the PTY in the order it came
+        self._flush: asyncio.Future[None] | None = None
+        if not term.marks_prompt:
+            self.ready.set()
         self._on_end = on_end
         self._pump = asyncio.ensure_future(self._run())
         self.idle_since: float | None = None
@@ -34,6 +49,8 @@ class TerminalSession:
                 data = await self.term.read()
                 if not data:
                     break
+                if not self.ready.is_set():
+                    self._look_for_prompt(data)
                 self.scrollback.extend(data)
                 if len(self.scrollback) > SCROLLBACK:
                     del self.scrollback[: len(self.scrollback) - SCROLLBACK]
@@ -41,9 +58,18 @@ class TerminalSession:
                     q.put_nowait(data)
         finally:
             self.closed = True
+            self.ready.set()
             for q in list(self.viewers):
                 q.put_nowait(b"")
             self._on_end(self.key)
+
+    def _look_for_prompt(self, data: bytes) -> None:
+        seen = self._tail + data
+        if PROMPT_END in seen:
+            self.ready.set()
+            self._flush = asyncio.ensure_future(self.write(b""))  # what was held, in order
+        else:
+            self._tail = seen[-(len(PROMPT_END) - 1) :]
 
     def attach(self) -> tuple[asyncio.Queue[bytes], bytes]:
         q: asyncio.Queue[bytes] = asyncio.Queue()
@@ -57,7 +83,15 @@ class TerminalSession:
             self.idle_since = asyncio.get_running_loop().time()
 
     async def write(self, data: bytes) -> None:
-        await self.term.write(data)
+        """Input for the shell: held until :attr:`ready`, then written in the order it came."""
+        async with self._writing:
+            if not self.ready.is_set():
+                self._held += data[: max(0, HELD_MAX - len(self._held))]
+                return
+            if self._held:
+                data, self._held = bytes(self._held) + data, bytearray()
+            if data and not self.closed:
+                await self.term.write(data)
 
     async def resize(self, cols: int, rows: int) -> None:
         await self.term.resize(cols, rows)

@@ -188,9 +188,24 @@ class FileEntry:
     mtime: float
 
 
+#: What a shell prints at the end of its prompt when its terminal says ``marks_prompt``: OSC 133;B,
+#: "prompt ends, input starts" of the FinalTerm semantic-prompt marks (xterm.js, like most terminals,
+#: ignores it). Bash's readline has turned the PTY's echo off before it prints the prompt, so input
+#: written after this mark is shown once, after the prompt, and never echoed before it.
+PROMPT_END = b"\x1b]133;B\x07"
+#: :data:`PROMPT_END` as it goes at the end of bash's PS1 (``\[ \]``: it takes no columns)
+PS1_PROMPT_END = r"\[\e]133;B\a\]"
+
+
 @runtime_checkable
 class Terminal(Protocol):
-    """A bidirectional PTY. ``read`` returns b"" once the shell has exited."""
+    """A bidirectional PTY. ``read`` returns b"" once the shell has exited.
+
+    ``marks_prompt``: the shell's prompts end with :data:`PROMPT_END`, so input that arrives before
+    the first one can be held until the shell reads it (:class:`labserver.terminals.TerminalSession`).
+    False: input goes to the PTY at once, and what is typed before the first prompt may show twice."""
+
+    marks_prompt: bool
 
     async def read(self) -> bytes: ...
 

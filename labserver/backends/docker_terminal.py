@@ -38,6 +38,10 @@ def shell_argv(token: str) -> list[str]:
 
 
 class DockerTerminal:
+    # `bash -l` reads the image's /etc/profile and bash.bashrc, which may set PS1 over ours: no
+    # PROMPT_END to wait for, so input is written at once
+    marks_prompt = False
+
     def __init__(
         self, client: docker.DockerClient, container_id: str, exec_id: str, sock: Any, token: str
     ) -> None:

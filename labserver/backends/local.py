@@ -23,6 +23,7 @@ import ptyprocess
 
 from labserver.backends import sandbox
 from labserver.backends.base import (
+    PS1_PROMPT_END,
     CheckRaw,
     CheckRequest,
     EnvironmentGone,
@@ -73,6 +74,8 @@ def zip_folder(folder: Path, arc_root: str) -> bytes:
 
 class PtyTerminal:
     """A bash on a PTY. ``read`` waits for output; b"" means the shell exited."""
+
+    marks_prompt = True  # LocalBackend.terminal starts bash with PS1 ending in PS1_PROMPT_END
 
     def __init__(self, proc: ptyprocess.PtyProcess) -> None:
         self.proc = proc
@@ -368,7 +371,7 @@ class LocalBackend:
         workdir = self._resolve(ref, cwd) if cwd else ws
         if not workdir.is_dir():
             workdir = ws
-        env = self._base_env(ws, {"PS1": r"\W$ ", "PROMPT_COMMAND": ""})
+        env = self._base_env(ws, {"PS1": r"\W$ " + PS1_PROMPT_END, "PROMPT_COMMAND": ""})
         argv = sandbox.wrap(
             ["bash", "--noprofile", "--norc", "-i"],
             bwrap=self.bwrap,

@@ -3,7 +3,6 @@ is no attendee id in any path, so one attendee can never name another's environm
 
 from __future__ import annotations
 
-import hashlib
 import mimetypes
 from typing import Any
 
@@ -27,7 +26,7 @@ from labserver.routes.deps import (
     resolve_attendee,
     token_from,
 )
-from labserver.services import checking, environments, progress
+from labserver.services import checking, environments, files, progress
 from labserver.services.events import JoinError, join
 from labserver.services.help import ACTIVE as ACTIVE_HELP
 
@@ -194,10 +193,6 @@ async def api_env_start(me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> d
     return env_public(environments.get_row(session, me.attendee))
 
 
-def _etag(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:32]
-
-
 def _lab_path(lab: Lab, path: str) -> str:
     rel = safe_relpath(path)
     if not rel:
@@ -229,7 +224,9 @@ async def api_read_file(
         (".py", ".sh", ".md", ".yaml", ".yml", ".json", ".txt", ".patch", ".toml", ".cfg", ".ini", ".csv")
     ):
         media = "text/plain; charset=utf-8"
-    return Response(data, media_type=media, headers={"ETag": f'"{_etag(data)}"', "Cache-Control": "no-store"})
+    return Response(
+        data, media_type=media, headers={"ETag": f'"{files.etag(data)}"', "Cache-Control": "no-store"}
+    )
 
 
 @router.put("/labs/{lab_id}/files/{path:path}")
@@ -247,30 +244,24 @@ async def api_write_file(
             ),
         )
     ref = await environments.ensure_environment(ctx, session, event=me.event, attendee=me.attendee)
-    target = _lab_path(lab, path)
-    if_match = request.headers.get("if-match", "").strip('"')
-    if if_match and if_match != "*":
-        try:
-            current = await ctx.backend.read_file(ref, target)
-        except FileNotFoundError:
-            current = None
-        if current is not None and _etag(current) != if_match:
-            return JSONResponse(
-                {
-                    "detail": gettext(
-                        pick_lang(request),
-                        "This file changed on disk since you opened it (in the terminal?). "
-                        "Your text is still in the editor: copy it, reload the file, and merge.",
-                    ),
-                    "code": "conflict",
-                    "etag": _etag(current),
-                },
-                status_code=409,
-            )
-    await ctx.backend.write_file(ref, target, data)
-    return JSONResponse(
-        {"status": "saved", "etag": _etag(data), "size": len(data)}, headers={"ETag": f'"{_etag(data)}"'}
-    )
+    try:
+        etag = await files.save(
+            ctx, ref, _lab_path(lab, path), data, if_match=request.headers.get("if-match", "")
+        )
+    except files.Conflict as conflict:
+        return JSONResponse(
+            {
+                "detail": gettext(
+                    pick_lang(request),
+                    "This file changed on disk since you opened it (in the terminal?). "
+                    "Your text is still in the editor: copy it, reload the file, and merge.",
+                ),
+                "code": "conflict",
+                "etag": conflict.etag,
+            },
+            status_code=409,
+        )
+    return JSONResponse({"status": "saved", "etag": etag, "size": len(data)}, headers={"ETag": f'"{etag}"'})
 
 
 @router.post("/labs/{lab_id}/steps/{step_id}/check")

@@ -1,5 +1,8 @@
-"""Terminal WebSockets. Frames: server → browser binary (PTY output bytes, never decoded);
-browser → server binary (keystrokes) or text JSON control (``{"resize": [cols, rows]}``).
+"""Terminal WebSockets. Frames: server → browser binary (PTY output bytes, never decoded), and to
+a viewer that may type one text frame ``{"ready": true}`` once the shell reads its input (after
+its first prompt; at once on a re-attach); browser → server binary (keystrokes) or text JSON
+control (``{"resize": [cols, rows]}``). Keystrokes sent before "ready" are held by the session and
+reach the shell after its prompt, never echoed before it.
 
 The shell lives in :class:`~labserver.terminals.TerminalHub`, not in the socket: a reconnect
 re-attaches to the same shell and first replays recent output."""
@@ -23,6 +26,8 @@ from labserver.terminals import TerminalSession
 
 router = APIRouter(prefix="/api/v1", tags=["terminal"])
 
+READY = json.dumps({"ready": True})
+
 
 async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> None:
     queue, scrollback = session.attach()
@@ -31,7 +36,11 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
             await ws.send_bytes(scrollback)
 
         async def pump_out() -> None:
+            told = readonly  # a read-only view types nothing: it needs no "ready"
             while True:
+                if not told and session.ready.is_set() and not session.closed:  # after the prompt
+                    await ws.send_text(READY)
+                    told = True
                 data = await queue.get()
                 if not data:
                     await ws.close(code=1000, reason="shell exited")

@@ -25,9 +25,14 @@ class AppContext:
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    file_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def env_lock(self, env_id: str) -> asyncio.Lock:
         return self.env_locks.setdefault(env_id, asyncio.Lock())
 
     def check_lock(self, attendee_id: int) -> asyncio.Lock:
         return self.check_locks.setdefault(attendee_id, asyncio.Lock())
+
+    def file_lock(self, env_id: str) -> asyncio.Lock:
+        """Held while an editor save compares and writes (services/files.py)."""
+        return self.file_locks.setdefault(env_id, asyncio.Lock())

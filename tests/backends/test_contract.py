@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from labserver.backends.base import (
+    PROMPT_END,
     Backend,
     CheckRequest,
     EnvironmentGone,
@@ -153,6 +154,8 @@ def test_terminal_is_a_real_pty_with_resize(backend: Backend, tmp_path: Path) ->
     async def go() -> None:
         ref = await backend.create(spec_for(tmp_path))
         term = await backend.terminal(ref, 80, 24, cwd="demo")
+        if term.marks_prompt:  # then the session holds early input until this mark
+            assert (await read_until(term, PROMPT_END)).endswith(PROMPT_END)
         await term.write(b"tty -s && echo IS-A-TTY-$((6*7))\r")
         assert b"IS-A-TTY-42" in await read_until(term, b"IS-A-TTY-42")
         await term.resize(123, 41)

@@ -231,3 +231,57 @@ def wait_terminal_line(page: Page, text: str, timeout: float = 20_000) -> None:
         arg=text,
         timeout=timeout,
     )
+
+
+# ---- attendee pages: scripts, steps, the editor -----------------------------------------------
+
+
+@pytest.fixture
+def no_script_errors(page: Page) -> Iterator[None]:
+    """Any uncaught exception in the page's scripts fails the test."""
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield
+    assert not errors, errors
+
+
+CHECK_TIMEOUT = 90_000  # a check starts Python (and torch for step 4) on a shared 2-core machine
+
+RMSNORM_SOLUTION = """import torch
+
+
+def rms_norm(x, weight, eps=1e-6):
+    rstd = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + eps)
+    return x.float() * rstd * weight, rstd
+"""
+
+
+def select_step(page: Page, step: str) -> None:
+    page.click(f'.step-chip[data-step="{step}"]')
+    expect(page.locator(f"#step-{step}")).to_be_visible()
+
+
+def show_editor(page: Page) -> None:
+    page.click("#tab-editor")
+    expect(page.locator("#panel-editor")).to_be_visible()
+
+
+def open_file(page: Page, path: str) -> None:
+    show_editor(page)
+    page.click(f'#file-tree button.file[data-path="{path}"]')
+    expect(page.locator("#editor-path")).to_have_text(path)
+
+
+def type_in_editor(page: Page, text: str) -> None:
+    page.locator(".CodeMirror textarea").focus()
+    page.keyboard.insert_text(text)
+
+
+def editor_text(page: Page) -> str:
+    return str(page.evaluate("() => labEditor.cm.getValue()"))
+
+
+def check(page: Page, step: str, status: str) -> None:
+    page.click("#check-button")
+    result = page.locator(f"#step-{step} .check-result")
+    expect(result).to_have_attribute("data-status", status, timeout=CHECK_TIMEOUT)

@@ -5,75 +5,30 @@ from __future__ import annotations
 
 import re
 import zipfile
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.e2e.conftest import (
     INSTRUCTOR_TOKEN,
+    RMSNORM_SOLUTION,
     SCREENSHOTS,
     LiveServer,
+    check,
+    editor_text,
     join,
+    open_file,
     open_lab,
     run_in_terminal,
+    select_step,
+    show_editor,
     terminal_text,
+    type_in_editor,
     wait_terminal,
     wait_terminal_line,
 )
 
-pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(autouse=True)
-def no_script_errors(page: Page) -> Iterator[None]:
-    """Any uncaught exception in the page's scripts fails the test."""
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield
-    assert not errors, errors
-
-
-CHECK_TIMEOUT = 90_000  # a check starts Python (and torch for step 4) on a shared 2-core machine
-
-RMSNORM_SOLUTION = """import torch
-
-
-def rms_norm(x, weight, eps=1e-6):
-    rstd = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + eps)
-    return x.float() * rstd * weight, rstd
-"""
-
-
-def select_step(page: Page, step: str) -> None:
-    page.click(f'.step-chip[data-step="{step}"]')
-    expect(page.locator(f"#step-{step}")).to_be_visible()
-
-
-def show_editor(page: Page) -> None:
-    page.click("#tab-editor")
-    expect(page.locator("#panel-editor")).to_be_visible()
-
-
-def open_file(page: Page, path: str) -> None:
-    show_editor(page)
-    page.click(f'#file-tree button.file[data-path="{path}"]')
-    expect(page.locator("#editor-path")).to_have_text(path)
-
-
-def type_in_editor(page: Page, text: str) -> None:
-    page.locator(".CodeMirror textarea").focus()
-    page.keyboard.insert_text(text)
-
-
-def editor_text(page: Page) -> str:
-    return str(page.evaluate("() => labEditor.cm.getValue()"))
-
-
-def check(page: Page, step: str, status: str) -> None:
-    page.click("#check-button")
-    result = page.locator(f"#step-{step} .check-result")
-    expect(result).to_have_attribute("data-status", status, timeout=CHECK_TIMEOUT)
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("no_script_errors")]
 
 
 def test_wrong_code_shows_the_servers_message_in_english_then_chinese(page: Page) -> None:

@@ -561,6 +561,7 @@
       let first = true;
       ws.onopen = () => { box.dataset.ws = 'open'; };
       ws.onmessage = (e) => {
+        if (typeof e.data === 'string') return;  // a control frame ({"ready": true}), not output
         const bytes = new Uint8Array(e.data);
         if (first) { term.reset(); first = false; }   // the server replays the scrollback on attach
         term.write(bytes);

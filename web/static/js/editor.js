@@ -5,6 +5,11 @@
 // text was loaded from, and a 409 (changed on disk meanwhile) shows the server's message and lets
 // the attendee choose, with the text still in the editor; leaving the page with unsaved changes
 // asks first (beforeunload).
+//
+// A conflict is only ever shown when the file really changed on disk. So a buffer has one save in
+// flight at most (Ctrl+S and the button at once, or twice, wait for it and then send only what
+// changed since, with the ETag it got back), and a re-read of the file (tab shown, window focused)
+// that overlaps a save is thrown away: it may carry the disk from before the save.
 
 import { api, el, t, ApiError } from './common.js';
 
@@ -22,11 +27,17 @@ function modeFor(path) {
   return MODES[ext] || 'text/plain';
 }
 
+// etag: the version on disk the text started from; saving: the save on its way (a promise) or null;
+// saves: counts new base versions (saves, reloads), so a re-read can tell one happened meanwhile
+function newBuffer(doc, etag) {
+  return { doc, etag, cleanGen: doc.changeGeneration(), isNew: false, saving: null, saves: 0 };
+}
+
 export class LabEditor {
   constructor(root, labId) {
     this.labId = labId;
     this.root = root;
-    this.buffers = new Map();  // path -> {doc, etag, cleanGen, isNew}
+    this.buffers = new Map();  // path -> {doc, etag, cleanGen, isNew, saving, saves}
     this.current = null;
     this.files = [];
     this.tree = root.querySelector('#file-tree');
@@ -175,9 +186,11 @@ export class LabEditor {
         return;
       }
       if (file.text === null) { this.setStatus(t('binary_file'), 'error'); return; }
-      const doc = CodeMirror.Doc(file.text, modeFor(path));
-      b = { doc, etag: file.etag, cleanGen: doc.changeGeneration(), isNew: false };
-      this.buffers.set(path, b);
+      b = this.buffers.get(path);  // opened twice at once: the first one to arrive is the buffer
+      if (!b) {
+        b = newBuffer(CodeMirror.Doc(file.text, modeFor(path)), file.etag);
+        this.buffers.set(path, b);
+      }
       this.setStatus('');
     }
     this.show(path);
@@ -213,10 +226,22 @@ export class LabEditor {
     }
   }
 
-  async save({ force = false } = {}) {
+  /** Save the current file. Resolves to true once it is on disk as the editor shows it. */
+  save({ force = false } = {}) {
     const path = this.current;
-    if (!path || !this.buffers.has(path)) return false;  // nothing open, or a media preview
+    if (!path || !this.buffers.has(path)) return Promise.resolve(false);  // nothing open, or media
     const b = this.buffers.get(path);
+    const previous = b.saving || Promise.resolve(false);
+    // asked while another save is on its way: wait for it; if it worked and nothing was typed
+    // since, it already sent this text (sending it again with the old ETag would be a 409)
+    const run = previous.then((ok) => (ok && !force && !this.isDirty(path) ? true : this.put(path, b, { force })));
+    b.saving = run;
+    const done = () => { if (b.saving === run) b.saving = null; };
+    run.then(done, done);
+    return run;
+  }
+
+  async put(path, b, { force }) {
     const gen = b.doc.changeGeneration();
     const headers = { 'Content-Type': 'text/plain; charset=utf-8' };
     if (b.etag && !force) headers['If-Match'] = `"${b.etag}"`;
@@ -225,6 +250,7 @@ export class LabEditor {
       const result = await api(this.url(path), { method: 'PUT', body: b.doc.getValue(), headers });
       b.etag = result.etag;
       b.cleanGen = gen;
+      b.saves += 1;
       const wasNew = b.isNew;
       b.isNew = false;
       this.hideConflict();
@@ -270,6 +296,7 @@ export class LabEditor {
     b.etag = file.etag;
     b.cleanGen = b.doc.changeGeneration();
     b.isNew = false;
+    b.saves += 1;  // a new base version, as a save makes one
   }
 
   /** The current file changed on disk (terminal, reset)? Take the new text when ours is clean. */
@@ -277,9 +304,12 @@ export class LabEditor {
     const path = this.current;
     if (!path) return;
     const b = this.buffers.get(path);
-    if (!b || b.isNew) return;  // a media preview, or a file not saved yet
+    if (!b || b.isNew || b.saving) return;  // media, a file not saved yet, or a save decides the ETag
+    const base = b.saves;
     let file;
     try { file = await this.fetchFile(path); } catch (err) { return; }
+    // a save (or another re-read) started or ended meanwhile: this answer may predate it
+    if (b.saving || b.saves !== base || this.buffers.get(path) !== b) return;
     if (file.text === null || file.etag === b.etag || path !== this.current) return;
     if (this.isDirty(path)) this.showConflict(t('changed_on_disk'));
     else { this.replaceText(b, file); this.updateDirty(); }
@@ -290,8 +320,7 @@ export class LabEditor {
     const path = (raw || '').trim().replace(/^\/+/, '').replace(/\\/g, '/');
     if (!path || path.endsWith('/')) return;
     if (this.buffers.has(path) || this.files.some((f) => f.path === path && !f.dir)) { this.open(path); return; }
-    const doc = CodeMirror.Doc('', modeFor(path));
-    this.buffers.set(path, { doc, etag: null, cleanGen: doc.changeGeneration(), isNew: true });
+    this.buffers.set(path, { ...newBuffer(CodeMirror.Doc('', modeFor(path)), null), isNew: true });
     this.renderTree();
     this.show(path);
   }

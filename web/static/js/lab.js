@@ -102,7 +102,9 @@ document.querySelector('.step-scroll').addEventListener('click', (e) => {
 });
 
 // ---- Ctrl+S anywhere but the terminal saves the editor's file ---------------------------------
+// (inside the editor CodeMirror's own Ctrl-S binding has saved already and marked the event handled)
 document.addEventListener('keydown', (e) => {
+  if (e.defaultPrevented) return;
   if ((e.ctrlKey || e.metaKey) && e.key.toLowerCase() === 's' && !e.target.closest('#terminal')) {
     e.preventDefault();
     if (editor.current) editor.save();

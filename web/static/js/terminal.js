@@ -3,7 +3,10 @@
 // The shell lives on the server, not in the socket: when the socket drops (network blip, server
 // restart, laptop sleep) we reconnect with backoff, and the server replays recent output, so we
 // clear the screen before each (re)attach. Frames: bytes both ways for the shell; text JSON
-// {"resize": [cols, rows]} for the window size.
+// {"resize": [cols, rows]} for the window size, and {"ready": true} from the server once the shell
+// reads its input (data-term="ready"). Keys typed while the socket is not open yet (or is
+// reconnecting) are kept and sent when it opens; the server holds whatever comes before the shell's
+// first prompt and writes it after, so nothing typed early is lost or echoed before the prompt.
 
 import { t } from './common.js';
 
@@ -17,7 +20,7 @@ export class LabTerminal {
     this.retry = 0;
     this.closing = false;
     this.encoder = new TextEncoder();
-    this.pending = [];  // commands from "Run in terminal" while the socket is down
+    this.pending = [];  // keys and "Run in terminal" commands while the socket is not open
     this.term = new Terminal({
       cursorBlink: false,
       convertEol: false,
@@ -65,16 +68,20 @@ export class LabTerminal {
       document.body.dataset.wsConnects = String(this.connects);
       this.term.reset();  // the server replays the shell's recent output next
       this.setState('open', t('term_connected'));
+      document.body.dataset.term = 'starting';
       this.sendControl({ resize: [this.term.cols, this.term.rows] });
       for (const text of this.pending.splice(0)) this.send(text);
     };
     ws.onmessage = (e) => {
-      if (typeof e.data === 'string') this.term.write(e.data);
-      else this.term.write(new Uint8Array(e.data));
+      if (typeof e.data !== 'string') { this.term.write(new Uint8Array(e.data)); return; }
+      let ctl = null;
+      try { ctl = JSON.parse(e.data); } catch (err) { /* not a control frame */ }
+      if (ctl && ctl.ready) document.body.dataset.term = 'ready';
     };
     ws.onclose = (e) => {
       if (this.ws !== ws) return;
       this.ws = null;
+      delete document.body.dataset.term;
       if (this.closing) return;
       if (e.code === 4401) { location.assign(`/join?next=${encodeURIComponent(location.pathname)}`); return; }
       if (e.reason === 'shell exited') this.term.write(`\r\n\x1b[33m${t('term_shell_ended')}\x1b[0m\r\n`);
@@ -87,6 +94,7 @@ export class LabTerminal {
 
   send(text) {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(this.encoder.encode(text));
+    else this.pending.push(text);
   }
 
   sendControl(obj) {
@@ -95,9 +103,7 @@ export class LabTerminal {
 
   /** Type a command into the shell and press Enter (the "Run in terminal" buttons). */
   run(command) {
-    const text = command.replace(/\r?\n/g, '\r') + '\r';
-    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.send(text);
-    else this.pending.push(text);
+    this.send(command.replace(/\r?\n/g, '\r') + '\r');
     this.term.focus();
   }
 

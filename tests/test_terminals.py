@@ -1,0 +1,70 @@
+"""TerminalSession holds input that comes before the shell's first prompt, then writes it in order.
+The PTY here is a scripted stand-in for a backend's terminal: it decides when output arrives, so
+the prompt mark can be split across two reads."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from labserver.backends.base import PROMPT_END
+from labserver.terminals import TerminalSession
+
+
+class ScriptedPty:
+    """Output is what the test feeds; input is recorded."""
+
+    def __init__(self, *, marks_prompt: bool) -> None:
+        self.marks_prompt = marks_prompt
+        self.output: asyncio.Queue[bytes] = asyncio.Queue()
+        self.written: list[bytes] = []
+
+    async def read(self) -> bytes:
+        return await self.output.get()
+
+    async def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.output.put_nowait(b"")
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0)  # one turn of the loop: the session's pump runs
+
+    await asyncio.wait_for(poll(), 5)
+
+
+def test_input_before_the_first_prompt_is_written_after_it_in_order() -> None:
+    async def go() -> None:
+        pty = ScriptedPty(marks_prompt=True)
+        session = TerminalSession(("env", "lab"), pty, lambda key: None)
+        await session.write(b"echo one\r")
+        await session.write(b"echo two\r")
+        pty.output.put_nowait(b"lab$ " + PROMPT_END[:3])  # the mark arrives in two pieces
+        await until(lambda: session.scrollback.endswith(PROMPT_END[:3]))
+        assert pty.written == [] and not session.ready.is_set()
+        pty.output.put_nowait(PROMPT_END[3:])
+        await session.write(b"echo three\r")  # before or after the pump saw the mark: in order
+        await until(lambda: b"".join(pty.written) == b"echo one\recho two\recho three\r")
+        assert session.ready.is_set()
+        await session.close()
+
+    asyncio.run(go())
+
+
+def test_a_terminal_that_marks_no_prompt_gets_input_at_once() -> None:
+    async def go() -> None:
+        pty = ScriptedPty(marks_prompt=False)
+        session = TerminalSession(("env", "lab"), pty, lambda key: None)
+        assert session.ready.is_set()
+        await session.write(b"ls\r")
+        assert pty.written == [b"ls\r"]
+        await session.close()
+
+    asyncio.run(go())
