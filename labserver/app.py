@@ -4,8 +4,6 @@ the backend and the live hub are built here and kept on ``app.state.ctx``."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +20,7 @@ from labserver.backends.base import BackendError, PathRefused
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
+from labserver.routes import api, instructor, pages, progress, terminal
 from labserver.services.context import AppContext
 from labserver.terminals import TerminalHub
 
@@ -143,13 +142,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404)
         return FileResponse(target)
 
-    from labserver.routes import api, pages, progress, terminal
-
-    for module in (api, terminal, progress, pages):
+    for module in (api, terminal, progress, pages, instructor):
         app.include_router(module.router)
-    with contextlib.suppress(ImportError):  # the instructor's room, when installed
-        instructor = importlib.import_module("labserver.routes.instructor")
-        app.include_router(instructor.router)
 
     static = settings.web_dir / "static"
     if static.is_dir():

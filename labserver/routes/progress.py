@@ -13,8 +13,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from labserver import progress_io
 from labserver.routes.deps import Ctx, CurrentAttendee, SessionDep
+from labserver.services import progress_io
 
 router = APIRouter(prefix="/api/v1/progress", tags=["attendee"])
 

@@ -3,13 +3,12 @@ then publish it."""
 
 from __future__ import annotations
 
-import uuid
-
 from sqlmodel import Session
 
 from labserver import clock
-from labserver.backends.base import BackendError, CheckRequest
-from labserver.checks import interpret
+from labserver.backends.base import BackendError
+from labserver.checks.request import check_request
+from labserver.checks.verdict import interpret
 from labserver.content import Lab, Step
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.services.context import AppContext
@@ -69,21 +68,7 @@ async def run_check(
         ctx.live.publish("check.started", event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
         try:
             ref = await ensure_environment(ctx, session, event=event, attendee=attendee)
-            request = CheckRequest(
-                lab_id=lab.id,
-                step_id=step.id,
-                checker=step.checker,
-                timeout_s=step.spec.timeout_s,
-                log_limit=ctx.settings.checks.log_limit_bytes,
-                env={
-                    "LAB_ID": lab.id,
-                    "LAB_STEP": step.id,
-                    "LAB_STEP_INDEX": str(step.index + 1),
-                    "LAB_DEVICE": ref.device,
-                    "LAB_RUN_ID": uuid.uuid4().hex,
-                    "LAB_LANG": lang,
-                },
-            )
+            request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)
             async with ctx.check_slots:
                 raw = await ctx.backend.run_check(ref, request)
             verdict = interpret(raw, step.spec.timeout_s)

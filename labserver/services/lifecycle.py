@@ -37,7 +37,7 @@ async def cull_idle(ctx: AppContext, session: Session) -> list[str]:
     if stop is None or minutes <= 0:
         return []
     from labserver import clock
-    from labserver.warmpool import IdlePolicy, select_idle
+    from labserver.backends.docker.warmpool import IdlePolicy, select_idle
 
     rows = session.exec(
         select(Environment).where(

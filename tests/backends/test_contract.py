@@ -19,7 +19,7 @@ from labserver.backends.base import (
     PathRefused,
     Terminal,
 )
-from labserver.checks import interpret
+from labserver.checks.verdict import interpret
 from labserver.models import CheckStatus
 
 
