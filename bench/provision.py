@@ -144,10 +144,8 @@ async def idle_memory_docker(backend: Any, prefix: str) -> None:
 
 
 async def bench_warm(backend: Any, starter: Path, image: str, n: int, crowd: int, run: str) -> None:
-    from labserver.backends.docker.warmpool import WarmPool
-
     print("\ndocker, warm pool")
-    pool = WarmPool(backend)
+    pool = backend.warm_pool
     event = 4242
     template = make_specs(f"{run}w", 1, starter, image, event)[0]
     for label, count in (("one at a time", n), (f"{crowd} at once", crowd)):

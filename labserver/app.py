@@ -22,6 +22,8 @@ from labserver.content import LabCatalog
 from labserver.live import LiveHub
 from labserver.routes import api, instructor, pages, progress, terminal
 from labserver.services.context import AppContext
+from labserver.services.environments import reconcile
+from labserver.services.lifecycle import housekeeping
 from labserver.terminals import TerminalHub
 
 log = logging.getLogger(__name__)
@@ -57,29 +59,12 @@ def build_context(settings: Settings) -> AppContext:
     return ctx
 
 
-async def _housekeeping(ctx: AppContext, every_s: float = 60.0) -> None:
-    """One clock for background care: idle terminals, warm pools, idle environments."""
-    from labserver.services.lifecycle import cull_idle, warm_open_events
-
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            await ctx.terminals.reap_idle()
-            with Session(ctx.engine, expire_on_commit=False) as session:
-                await warm_open_events(ctx, session)
-                await cull_idle(ctx, session)
-        except Exception:  # keep the loop alive; the next round tries again
-            log.exception("housekeeping failed")
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     ctx = build_context(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from labserver.services.environments import reconcile
-
         with Session(ctx.engine, expire_on_commit=False) as session:
             try:
                 orphans = await reconcile(ctx, session)
@@ -87,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     log.warning("%d environments have no database row", len(orphans))
             except BackendError as exc:
                 log.error("could not reconcile environments: %s (%s)", exc.message, exc.log)
-        task = asyncio.ensure_future(_housekeeping(ctx))
+        task = asyncio.ensure_future(housekeeping(ctx))
         app.state.ready = True
         try:
             yield

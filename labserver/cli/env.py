@@ -7,21 +7,19 @@ containers left behind by a server that died mid-check."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from labserver.backends.base import EnvRef
+from labserver.backends import make_backend
+from labserver.backends.base import Backend, Closable, EnvRef, Stoppable
 from labserver.config import Settings
 
 app = typer.Typer(help="Attendee environments of the configured backend.", no_args_is_help=True)
 
 
-def _backend(settings: Settings) -> Any:
-    from labserver.backends import make_backend
-
+def _backend(settings: Settings) -> Backend:
     return make_backend(settings)
 
 
@@ -46,8 +44,8 @@ def _db_rows(settings: Settings) -> dict[str, Any] | None:
         engine.dispose()
 
 
-async def _close(backend: Any) -> None:
-    if hasattr(backend, "aclose"):
+async def _close(backend: Backend) -> None:
+    if isinstance(backend, Closable):
         await backend.aclose()
 
 
@@ -112,7 +110,7 @@ def stop(
                 if destroy:
                     await backend.destroy(ref)
                     typer.echo(f"{env_id}: destroyed")
-                elif hasattr(backend, "stop"):
+                elif isinstance(backend, Stoppable):
                     await backend.stop(ref)
                     typer.echo(f"{env_id}: stopped")
                 else:
@@ -159,25 +157,15 @@ def reap_orphans(
     typer.echo(f"{count} orphan(s) {'found' if dry_run else 'reaped'}")
 
 
-async def _reap_graders(backend: Any, dry_run: bool, older_than_s: float = 600.0) -> int:
+async def _reap_graders(backend: Backend, dry_run: bool, older_than_s: float = 600.0) -> int:
     """Grader containers older than ``older_than_s`` (a live check never lasts that long)."""
-    if backend.name != "docker":
+    from labserver.backends.docker.backend import DockerBackend
+
+    if not isinstance(backend, DockerBackend):
         return 0
-    import datetime as dt
-
-    from labserver import clock
-    from labserver.backends.docker import config as dc
-
-    count = 0
-    for container, _node in await backend._list(f"{dc.LABEL_INSTANCE}={backend.prefix}"):
-        if container.labels.get(dc.LABEL_ROLE) != "grader":
-            continue
-        created = dt.datetime.fromisoformat(container.attrs["Created"][:26].rstrip("Z") + "+00:00")
-        if (clock.now() - created).total_seconds() < older_than_s:
-            continue
+    stale = await backend.stale_graders(older_than_s)
+    for container in stale:
         typer.echo(f"{'would remove' if dry_run else 'removing'} stale grader {container.name}")
         if not dry_run:
-            with contextlib.suppress(Exception):
-                await backend._run(container.remove, force=True)
-        count += 1
-    return count
+            await backend.remove_container(container)
+    return len(stale)

@@ -17,6 +17,7 @@ from labserver.backends.base import PathRefused, safe_relpath
 from labserver.content import Lab, Step
 from labserver.content.markdown import render
 from labserver.i18n import gettext, pick_lang
+from labserver.live import Kind
 from labserver.models import Announcement, CheckRun, Environment, HelpRequest, HelpState
 from labserver.routes.deps import (
     ATTENDEE_COOKIE,
@@ -165,7 +166,7 @@ def api_open_step(
     lab = _lab(ctx, me, lab_id)
     _step(lab, step_id)
     progress.mark_step_started(session, attendee_id=me.id, lab_id=lab_id, step_id=step_id)
-    ctx.live.publish("step.opened", me.event.id or 0, me.id, lab=lab_id, step=step_id)
+    ctx.live.publish(Kind.step_opened, me.event.id or 0, me.id, lab=lab_id, step=step_id)
     return {"status": "ok"}
 
 
@@ -343,7 +344,7 @@ def api_help(body: HelpIn, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -
     session.commit()
     session.refresh(existing)
     ctx.live.publish(
-        "help.raised",
+        Kind.help_raised,
         me.event.id or 0,
         me.id,
         help_id=existing.id,
@@ -394,7 +395,7 @@ def api_cancel_help(me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> dict[
     ).all():
         h.state = HelpState.cancelled
         session.add(h)
-        ctx.live.publish("help.cancelled", me.event.id or 0, me.id, help_id=h.id)
+        ctx.live.publish(Kind.help_cancelled, me.event.id or 0, me.id, help_id=h.id)
     session.commit()
     return {"status": "cancelled"}
 

@@ -10,6 +10,7 @@ from labserver.backends.base import BackendError
 from labserver.checks.request import check_request
 from labserver.checks.verdict import interpret
 from labserver.content import Lab, Step
+from labserver.live import Kind
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment
@@ -36,7 +37,7 @@ def run_public(run: CheckRun) -> dict:
 def publish_finished(ctx: AppContext, run: CheckRun, attendee: Attendee, **extra: object) -> None:
     """Tell the attendee's page and the instructor grid that ``run`` (already committed) finished."""
     ctx.live.publish(
-        "check.finished",
+        Kind.check_finished,
         run.event_id,
         attendee.id,
         run_id=run.id,
@@ -65,7 +66,7 @@ async def run_check(
         session.add(run)
         session.commit()
         session.refresh(run)
-        ctx.live.publish("check.started", event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
+        ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
         try:
             ref = await ensure_environment(ctx, session, event=event, attendee=attendee)
             request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)

@@ -18,6 +18,7 @@ from sqlmodel import Session
 
 from labserver.backends.base import EnvRef, EnvState
 from labserver.content import Lab, Step
+from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, get_row, ref_of, set_state
@@ -72,7 +73,7 @@ async def reveal(
         await ctx.backend.write_file(ref, target, (lab.solution / rel).read_bytes())
         written.append(target)
     ctx.live.publish(
-        "solution.revealed", event.id or 0, attendee.id, lab=lab.id, step=step.id, files=written, by=by
+        Kind.solution_revealed, event.id or 0, attendee.id, lab=lab.id, step=step.id, files=written, by=by
     )
     return written
 

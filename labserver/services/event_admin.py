@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from labserver.live import Kind
 from labserver.models import Announcement, Attendee, Event, EventStatus
 from labserver.services.context import AppContext
 from labserver.services.events import create_event, normalize_code
@@ -126,7 +127,7 @@ def set_status(ctx: AppContext, session: Session, event: Event, status: str) -> 
     session.add(event)
     session.commit()
     session.refresh(event)
-    ctx.live.publish("event.status", event.id or 0, None, status=status)
+    ctx.live.publish(Kind.event_status, event.id or 0, None, status=status)
     return event
 
 
@@ -169,7 +170,7 @@ def broadcast(ctx: AppContext, session: Session, *, event: Event, message: str, 
     session.commit()
     session.refresh(row)
     ctx.live.publish(
-        "announcement",
+        Kind.announcement,
         event.id or 0,
         None,
         id=row.id,

@@ -11,6 +11,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from labserver import clock
+from labserver.live import Kind
 from labserver.models import Attendee, HelpRequest, HelpState
 from labserver.services.context import AppContext
 
@@ -69,7 +70,7 @@ def claim(ctx: AppContext, session: Session, *, event_id: int, help_id: int, by:
     session.add(h)
     session.commit()
     session.refresh(h)
-    ctx.live.publish("help.claimed", event_id, h.attendee_id, help_id=h.id, by=by)
+    ctx.live.publish(Kind.help_claimed, event_id, h.attendee_id, help_id=h.id, by=by)
     return h
 
 
@@ -83,5 +84,5 @@ def resolve(ctx: AppContext, session: Session, *, event_id: int, help_id: int, b
     session.add(h)
     session.commit()
     session.refresh(h)
-    ctx.live.publish("help.resolved", event_id, h.attendee_id, help_id=h.id, by=by)
+    ctx.live.publish(Kind.help_resolved, event_id, h.attendee_id, help_id=h.id, by=by)
     return h

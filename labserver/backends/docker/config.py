@@ -1,7 +1,7 @@
 """Pure builders for the Docker backend: names, labels and container configs (no daemon needed).
 
 The dicts returned here are keyword arguments for ``docker.DockerClient.containers.create``; tests
-assert on them directly, and ``labserver/backends/docker.py`` only passes them on.
+assert on them directly, and ``labserver/backends/docker/engines.py`` only passes them on.
 """
 
 from __future__ import annotations
@@ -103,6 +103,11 @@ def labels(
         if placement.notice:
             out["labserver.notice"] = placement.notice
     return out
+
+
+def volume_labels(spec: EnvSpec, *, prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
+    """Labels of a workspace volume (an attendee's or a warm one: the same keys)."""
+    return {LABEL_ENV: spec.env_id, LABEL_INSTANCE: prefix, "labserver.event": str(spec.event_id)}
 
 
 def _limits(cpus: float, memory_mb: int, pids: int) -> dict[str, Any]:

@@ -35,6 +35,60 @@ from labserver.backends.docker.scheduler import Placement
 
 RUNNER = Path(__file__).with_name("grader_runner.py")
 GRACE_S = 30.0  # on top of the checker's own timeout: container start, python start, teardown
+GRADER_SKIP = {"solution", "steps", "__pycache__", ".git"}
+GRADER_MAX_BYTES = 64 * 1024 * 1024
+
+LabFiles = tuple[list[tuple[str, bytes]], str]
+#: lab folder -> (signature of its files, what grader_lab_files returned): a check re-reads the lab
+#: folder only when a file in it changed (an instructor editing a checker during the event)
+_LAB_FILES: dict[Path, tuple[tuple[tuple[str, int, int], ...], LabFiles]] = {}
+
+
+def _trusted_paths(root: Path, checker_name: str) -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if (
+            rel.parts[0] in GRADER_SKIP
+            or "__pycache__" in rel.parts
+            or not path.is_file()
+            or path.is_symlink()
+        ):
+            continue
+        if rel.as_posix() == f"checks/{checker_name}":
+            continue  # sent as the checker itself
+        out.append((rel.as_posix(), path))
+    return out
+
+
+def grader_lab_files(checker: Path) -> LabFiles:
+    """The lab's trusted files the grader gets (all but ``solution/`` and ``steps/``) and the
+    checker's path among them. A checker outside a lab's ``checks/`` folder travels alone.
+
+    Cached per lab folder and checker under the signature (path, size, mtime) of those files: a
+    check stats the folder but reads it only when something changed."""
+    checker = checker.resolve()
+    if checker.parent.name != "checks" or not (checker.parent.parent / "lab.yaml").is_file():
+        return [], checker.name
+    root = checker.parent.parent
+    paths = _trusted_paths(root, checker.name)
+    signature = tuple((rel, (st := p.stat()).st_size, st.st_mtime_ns) for rel, p in paths)
+    cached = _LAB_FILES.get(checker)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    files: list[tuple[str, bytes]] = []
+    total = 0
+    for rel, path in paths:
+        data = path.read_bytes()
+        total += len(data)
+        if total > GRADER_MAX_BYTES:
+            raise EnvironmentGone(
+                f"The lab folder {root.name} is too big to send to a grader.", reason="lab-too-big"
+            )
+        files.append((rel, data))
+    result: LabFiles = (files, f"lab/checks/{checker.name}")
+    _LAB_FILES[checker] = (signature, result)
+    return result
 
 
 def _tar(entries: list[tuple[str, bytes | None, int, int]]) -> bytes:

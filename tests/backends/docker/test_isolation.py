@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from labserver.backends.base import CheckRequest, EnvState
-from labserver.backends.docker.backend import DockerBackend, backoff
+from labserver.backends.base import CheckRequest, EnvState, backoff
+from labserver.backends.docker.backend import DockerBackend
 from labserver.checks.verdict import interpret
 from labserver.models import CheckStatus
 

@@ -130,7 +130,7 @@ def test_engine_that_stops_mid_event_fails_cleanly_and_recovers(
         async def ready() -> None:
             assert (await backend.status(ref)).state == EnvState.ready
 
-        from labserver.backends.docker.backend import backoff
+        from labserver.backends.base import backoff
 
         await backoff(ready, attempts=12, first=0.25, factor=1.5, retry_on=(AssertionError,))
         assert await backend.read_file(ref, "lab1/kept.txt") == b"kept"

@@ -1,4 +1,5 @@
-"""Warm pool, idle culling (moved clock, real containers) and ``labserver env``."""
+"""Warm pool, idle culling on real containers (moved clock) and ``labserver env``. The pure idle
+policy is tested in ``tests/services/test_culling.py``."""
 
 from __future__ import annotations
 
@@ -14,29 +15,17 @@ from typer.testing import CliRunner
 from labserver import clock
 from labserver.backends.base import EnvState
 from labserver.backends.docker.backend import DockerBackend
-from labserver.backends.docker.warmpool import IdlePolicy, WarmPool, cull, select_idle
 from labserver.clock import TestClock
+from labserver.services.culling import IdlePolicy, cull
 
 T0 = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
-
-
-def test_idle_policy_is_a_pure_function_of_the_clock() -> None:
-    policy = IdlePolicy(idle_minutes=30, grace_minutes=5)
-    activity = {"a": T0, "b": T0 + dt.timedelta(minutes=20), "c": T0}
-    assert select_idle(activity, T0 + dt.timedelta(minutes=29), policy) == []
-    assert select_idle(activity, T0 + dt.timedelta(minutes=30), policy) == ["a", "c"]
-    assert select_idle(activity, T0 + dt.timedelta(minutes=30), policy, keep=["c"]) == ["a"]
-    assert select_idle(activity, T0 + dt.timedelta(minutes=60), policy) == ["a", "b", "c"]
-    young = {"a": T0 + dt.timedelta(minutes=58)}
-    assert select_idle(activity, T0 + dt.timedelta(minutes=60), policy, created=young) == ["b", "c"]
-    assert select_idle(activity, T0 + dt.timedelta(days=9), IdlePolicy(idle_minutes=0)) == []
 
 
 @pytest.mark.docker
 def test_warm_pool_hands_out_ready_containers_and_refills(
     docker_backend: DockerBackend, make_spec: Any, docker_client: docker.DockerClient
 ) -> None:
-    pool = WarmPool(docker_backend)
+    pool = docker_backend.warm_pool
     event = 9000 + int(make_spec.run[:4], 16)
     template = make_spec(event_id=event)
     pool.configure(event, template, size=2)
