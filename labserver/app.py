@@ -109,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str | int]:
+        """Readiness: answers once the server is up (version and lab counts)."""
         return {
             "status": "ok",
             "version": __version__,
@@ -118,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/labs/{lab_id}/assets/{path:path}", include_in_schema=False)
     def lab_asset(lab_id: str, path: str) -> FileResponse:
+        """A file a lab's instructions show (images under the lab's steps/; never Markdown)."""
         lab = ctx.catalog.get(lab_id)
         if lab is None:
             raise HTTPException(404)

@@ -77,3 +77,22 @@ def test_file_operations_trust_a_ready_row_and_recover_when_it_is_gone(tmp_path:
             assert ctx.backend.polls == polls + 1  # asked once, re-provisioned, retried
 
         asyncio.run(scenario())
+
+
+def test_a_check_polls_the_engine_at_most_once(tmp_path: Path) -> None:
+    from labserver.services.checking import run_check
+
+    ctx = make(tmp_path)
+    with Session(ctx.engine, expire_on_commit=False) as s:
+        event = create_event(s, title="t", labs=["getting-started"], code="ONCE")
+        ada, _, _ = join(s, event_code="ONCE", name="Ada")
+        lab = ctx.catalog.labs["getting-started"]
+
+        async def scenario() -> None:
+            await ensure_environment(ctx, s, event=event, attendee=ada)
+            polls = ctx.backend.polls
+            run = await run_check(ctx, s, event=event, attendee=ada, lab=lab, step=lab.steps[0])
+            assert run.status in ("passed", "failed")
+            assert ctx.backend.polls - polls <= 1
+
+        asyncio.run(scenario())
