@@ -205,7 +205,7 @@ class CheckRequest:
 
 @dataclass(frozen=True)
 class CheckRaw:
-    """What the backend saw; :mod:`labserver.checks` turns it into a verdict."""
+    """What the backend saw; :mod:`labserver.checks.verdict` turns it into a verdict."""
 
     exit_code: int | None
     result: bytes  # everything written to the result channel (at most 1 MiB kept)
