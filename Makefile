@@ -46,7 +46,7 @@ e2e: setup web
 # the database-facing tests again on PostgreSQL when LABSERVER_TEST_DATABASE_URL is set (.ci/run sets it)
 test-postgres: setup web
 	@if [ -n "$$LABSERVER_TEST_DATABASE_URL" ]; then \
-	  $(BIN)/pytest -q -p no:cacheprovider tests/routes tests/test_db.py tests/test_checks.py tests/services; \
+	  $(BIN)/pytest -q -p no:cacheprovider tests/routes tests/test_db.py tests/checks/test_checks.py tests/services; \
 	else echo "test-postgres: LABSERVER_TEST_DATABASE_URL not set (.ci/run sets it)"; fi
 
 screenshots: setup web ## retake the documentation screenshots (docs/img/) with the browser tests
@@ -71,7 +71,7 @@ messages: setup ## extract attendee UI strings (babel.cfg) and update the Chines
 	$(BIN)/pybabel update -i build/messages.pot -d labserver/locale -D messages -l zh --no-fuzzy-matching
 
 dist: setup web ## a wheel carrying the web assets and the labs
-	$(BIN)/python -m labserver.packaging build
+	$(BIN)/python -m labserver.selfpaced.packaging build
 
 clean:
 	rm -rf $(VENV) web/node_modules build dist *.egg-info labserver/bundled

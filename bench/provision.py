@@ -144,10 +144,8 @@ async def idle_memory_docker(backend: Any, prefix: str) -> None:
 
 
 async def bench_warm(backend: Any, starter: Path, image: str, n: int, crowd: int, run: str) -> None:
-    from labserver.warmpool import WarmPool
-
     print("\ndocker, warm pool")
-    pool = WarmPool(backend)
+    pool = backend.warm_pool
     event = 4242
     template = make_specs(f"{run}w", 1, starter, image, event)[0]
     for label, count in (("one at a time", n), (f"{crowd} at once", crowd)):
@@ -189,15 +187,15 @@ async def main() -> None:
             await bench_backend("local", local, starter, checker, "", args.n, args.crowd, run)
             print("  idle memory per environment: no process runs while a local environment is idle")
         if not args.skip_docker:
-            from labserver import images
-            from labserver.backends.docker import DockerBackend
+            from labserver.backends.docker import images
+            from labserver.backends.docker.backend import DockerBackend
 
             image = images.build_cpu_emu().tag
             prefix = f"lsbench{run}"
             settings = Settings(data_dir=root / "docker", docker=DockerSettings(image=image))
             import os
 
-            from labserver.scheduler import Node
+            from labserver.backends.docker.scheduler import Node
 
             node = Node(
                 "bench",

@@ -4,8 +4,6 @@ the backend and the live hub are built here and kept on ``app.state.ctx``."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,10 +18,13 @@ from labserver import __version__, db
 from labserver.backends import make_backend
 from labserver.backends.base import BackendError, PathRefused
 from labserver.config import Settings
-from labserver.csrf import CSRFMiddleware
 from labserver.content import LabCatalog
+from labserver.csrf import CSRFMiddleware
 from labserver.live import LiveHub
+from labserver.routes import api, instructor, pages, progress, terminal
 from labserver.services.context import AppContext
+from labserver.services.environments import reconcile
+from labserver.services.lifecycle import housekeeping
 from labserver.terminals import TerminalHub
 
 log = logging.getLogger(__name__)
@@ -59,29 +60,12 @@ def build_context(settings: Settings) -> AppContext:
     return ctx
 
 
-async def _housekeeping(ctx: AppContext, every_s: float = 60.0) -> None:
-    """One clock for background care: idle terminals, warm pools, idle environments."""
-    from labserver.services.lifecycle import cull_idle, warm_open_events
-
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            await ctx.terminals.reap_idle()
-            with Session(ctx.engine, expire_on_commit=False) as session:
-                await warm_open_events(ctx, session)
-                await cull_idle(ctx, session)
-        except Exception:  # keep the loop alive; the next round tries again
-            log.exception("housekeeping failed")
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     ctx = build_context(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from labserver.services.environments import reconcile
-
         with Session(ctx.engine, expire_on_commit=False) as session:
             try:
                 orphans = await reconcile(ctx, session)
@@ -89,7 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     log.warning("%d environments have no database row", len(orphans))
             except BackendError as exc:
                 log.error("could not reconcile environments: %s (%s)", exc.message, exc.log)
-        task = asyncio.ensure_future(_housekeeping(ctx))
+        task = asyncio.ensure_future(housekeeping(ctx))
         app.state.ready = True
         try:
             yield
@@ -127,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str | int]:
+        """Readiness: answers once the server is up (version and lab counts)."""
         return {
             "status": "ok",
             "version": __version__,
@@ -136,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/labs/{lab_id}/assets/{path:path}", include_in_schema=False)
     def lab_asset(lab_id: str, path: str) -> FileResponse:
+        """A file a lab's instructions show (images under the lab's steps/; never Markdown)."""
         lab = ctx.catalog.get(lab_id)
         if lab is None:
             raise HTTPException(404)
@@ -145,13 +131,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404)
         return FileResponse(target)
 
-    from labserver.routes import api, pages, progress, terminal
-
-    for module in (api, terminal, progress, pages):
+    for module in (api, terminal, progress, pages, instructor):
         app.include_router(module.router)
-    with contextlib.suppress(ImportError):  # the instructor's room, when installed
-        instructor = importlib.import_module("labserver.routes.instructor")
-        app.include_router(instructor.router)
 
     static = settings.web_dir / "static"
     if static.is_dir():

@@ -6,11 +6,16 @@ optionally only those for one attendee plus the event-wide ones (``attendee_id i
 
 Delivery is best effort and in order per subscriber; a subscriber that falls more than ``maxsize``
 events behind gets a single ``resync`` event (its page reloads state from the JSON API) instead of
-blocking publishers. ``publish`` is called only after the change it describes is committed."""
+blocking publishers. ``publish`` is called only after the change it describes is committed.
+
+Every kind is a member of :class:`Kind`; ``publish`` refuses any other name. The payload of each
+kind is documented in ``docs/architecture.md`` ("Live event kinds"; a test fails when one is
+missing there), and the attendee page's ``web/static/js/live.js`` subscribes to these names only."""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable
@@ -18,17 +23,38 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class Kind(enum.StrEnum):
+    """The kinds of live event (payloads: docs/architecture.md, "Live event kinds")."""
+
+    check_started = "check.started"
+    check_finished = "check.finished"
+    env_state = "env.state"
+    env_progress = "env.progress"
+    step_opened = "step.opened"
+    lab_reset = "lab.reset"
+    solution_revealed = "solution.revealed"
+    help_raised = "help.raised"
+    help_claimed = "help.claimed"
+    help_resolved = "help.resolved"
+    help_cancelled = "help.cancelled"
+    announcement = "announcement"
+    pace = "pace"
+    event_status = "event.status"
+    resync = "resync"  # sent by the hub itself to a subscriber that fell behind
+
+
 @dataclass(frozen=True)
 class LiveEvent:
-    kind: str  # check.started, check.finished, env.state, help.*, announcement, pace, resync, ...
+    kind: Kind
     event_id: int
     attendee_id: int | None = None
     data: dict[str, Any] = field(default_factory=dict)
     seq: int = 0
 
     def sse(self) -> dict[str, str]:
-        payload = {"kind": self.kind, "attendee_id": self.attendee_id, **self.data}
-        return {"event": self.kind, "id": str(self.seq), "data": json.dumps(payload, default=str)}
+        kind = str(self.kind)
+        payload = {"kind": kind, "attendee_id": self.attendee_id, **self.data}
+        return {"event": kind, "id": str(self.seq), "data": json.dumps(payload, default=str)}
 
 
 class Subscription:
@@ -53,11 +79,11 @@ class Subscription:
             self.overflowed = True
             while not self.queue.empty():
                 self.queue.get_nowait()
-            self.queue.put_nowait(LiveEvent("resync", self.event_id, self.attendee_id, {}, ev.seq))
+            self.queue.put_nowait(LiveEvent(Kind.resync, self.event_id, self.attendee_id, {}, ev.seq))
 
     async def get(self) -> LiveEvent:
         ev = await self.queue.get()
-        if ev.kind == "resync":
+        if ev.kind == Kind.resync:
             self.overflowed = False
         return ev
 
@@ -76,8 +102,11 @@ class LiveHub:
         self._subs.add(sub)
         return sub
 
-    def publish(self, kind: str, event_id: int, attendee_id: int | None = None, **data: Any) -> LiveEvent:
-        ev = LiveEvent(kind, event_id, attendee_id, data, next(self._seq))
+    def publish(self, kind: Kind, event_id: int, attendee_id: int | None = None, **data: Any) -> LiveEvent:
+        """Deliver one event to every subscriber that wants it; call only after the commit of the
+        change it describes. ``kind`` must be a :class:`Kind` (a plain string is accepted only when
+        it names one; anything else raises ``ValueError``)."""
+        ev = LiveEvent(Kind(kind), event_id, attendee_id, data, next(self._seq))
         for sub in list(self._subs):
             if sub.wants(ev):
                 sub.offer(ev)

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from labserver.cli import app as cli
+from labserver.cli.main import app as cli
 from tests.conftest import REPO
 
 

@@ -17,9 +17,9 @@ def make_backend(settings: Settings, name: str | None = None) -> Backend:
 
         return LocalBackend(settings)
     if name == "docker":
-        from labserver.backends.docker import DockerBackend  # type: ignore[import-not-found,unused-ignore]
+        from labserver.backends.docker.backend import DockerBackend
 
-        return DockerBackend(settings)  # type: ignore[no-any-return,unused-ignore]
+        return DockerBackend(settings)
     if name == "kubernetes":
         raise ValueError(
             "the kubernetes backend is not part of this release yet; set LABSERVER_BACKEND to local or docker"

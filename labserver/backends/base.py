@@ -3,19 +3,28 @@
 Every backend (``local``, ``docker``, ``kubernetes``) implements :class:`Backend`. The server never
 reaches around it: pages, checks, terminals and the instructor's room all go through these methods,
 and one parametrized contract suite (``tests/backends/test_contract.py``) holds every backend to them.
+Optional abilities are small capability protocols checked with ``isinstance``: :class:`Stoppable`
+(stop, keep the workspace), :class:`WarmPooled` (keep ready environments per event) and
+:class:`Closable` (release clients and threads).
 
-Lifecycle and when each method may be called
---------------------------------------------
-- ``create(spec)`` may be called at any time and is idempotent per ``spec.env_id``: if the
-  environment exists it is reused (and started if stopped), else it is made. It returns once the
-  environment is ``ready`` or raises :class:`ProvisionError`. Labs listed in the spec whose folder
-  does not exist yet are seeded from their ``starter`` directory; existing folders are never touched.
-- ``status``, ``exec``, ``terminal``, the file methods and ``run_check`` need an environment that
-  ``create`` returned; on a missing or dead one they raise :class:`EnvironmentGone` (never hang).
-- ``destroy(ref)`` removes the environment and its workspace; destroying what is already gone is
-  success.
-- ``discover()`` lists the environments this backend finds (by label / folder) after a server
-  restart, so the server can re-adopt them. It never creates or destroys anything.
+Lifecycle
+---------
+An environment's state (:class:`EnvState`) is stored on its database row by
+:func:`labserver.services.environments.set_state`, which refuses any change :data:`TRANSITIONS`
+does not allow (:func:`check_transition` raises :class:`TransitionRefused`)::
+
+    pending -> provisioning -> ready -> (resetting) -> stopped | failed
+
+Backends report states through :meth:`Backend.status`; they never store them.
+
+When each method may be called
+------------------------------
+- ``create(spec)`` at any time; idempotent per ``spec.env_id``.
+- ``status``, ``exec``, ``terminal``, the file methods, ``reset_lab``, ``archive`` and ``run_check``
+  with an :class:`EnvRef` that ``create`` or ``discover`` returned; on a missing or dead environment
+  they raise :class:`EnvironmentGone` (never hang). ``status`` never raises for that: it answers.
+- ``destroy(ref)`` at any time; destroying what is already gone is success.
+- ``discover()`` at any time (at start-up, to re-adopt); it never creates or destroys anything.
 
 Paths given to the file methods are relative to the workspace root (``<lab-id>/file.py``); an
 absolute path or one that leaves the workspace raises :class:`PathRefused`.
@@ -41,7 +50,8 @@ class EnvState(enum.StrEnum):
     failed = "failed"
 
 
-#: Allowed state transitions (anything may go to ``failed``).
+#: Allowed state transitions of an environment row (a state may always be stored again with a new
+#: message, and anything may go to ``failed``). Enforced by :func:`check_transition`.
 TRANSITIONS: dict[EnvState, frozenset[EnvState]] = {
     EnvState.pending: frozenset({EnvState.provisioning, EnvState.stopped}),
     EnvState.provisioning: frozenset({EnvState.ready, EnvState.stopped}),
@@ -50,6 +60,31 @@ TRANSITIONS: dict[EnvState, frozenset[EnvState]] = {
     EnvState.stopped: frozenset({EnvState.provisioning, EnvState.pending}),
     EnvState.failed: frozenset({EnvState.provisioning, EnvState.pending, EnvState.stopped}),
 }
+
+
+class TransitionRefused(RuntimeError):
+    """A state change :data:`TRANSITIONS` does not allow: a bug in the caller, never shown to
+    attendees as an environment problem."""
+
+    def __init__(self, env_id: str, old: EnvState, new: EnvState) -> None:
+        allowed = ", ".join(sorted(TRANSITIONS[old] | {old, EnvState.failed}))
+        super().__init__(
+            f"environment {env_id}: {old.value} -> {new.value} is not an allowed transition "
+            f"(from {old.value}: {allowed})"
+        )
+        self.env_id, self.old, self.new = env_id, old, new
+
+
+def transition_allowed(old: EnvState | str, new: EnvState | str) -> bool:
+    """True when an environment in state ``old`` may be put in state ``new``."""
+    old, new = EnvState(old), EnvState(new)
+    return new == old or new == EnvState.failed or new in TRANSITIONS[old]
+
+
+def check_transition(env_id: str, old: EnvState | str, new: EnvState | str) -> None:
+    """Raise :class:`TransitionRefused` unless ``old -> new`` is allowed (see :data:`TRANSITIONS`)."""
+    if not transition_allowed(old, new):
+        raise TransitionRefused(env_id, EnvState(old), EnvState(new))
 
 
 class BackendError(Exception):
@@ -170,7 +205,7 @@ class CheckRequest:
 
 @dataclass(frozen=True)
 class CheckRaw:
-    """What the backend saw; :mod:`labserver.checks` turns it into a verdict."""
+    """What the backend saw; :mod:`labserver.checks.verdict` turns it into a verdict."""
 
     exit_code: int | None
     result: bytes  # everything written to the result channel (at most 1 MiB kept)
@@ -221,11 +256,36 @@ ProgressCallback = Callable[[str, str], Awaitable[None]]  # (phase, message)
 
 @runtime_checkable
 class Backend(Protocol):
+    """What every backend provides. Each method's docstring says what it returns, which states it
+    may see or cause, and when it may be called (module docstring: the lifecycle)."""
+
+    #: the ``LABSERVER_BACKEND`` value that selects this backend; stored on environment rows
     name: str
 
-    async def create(self, spec: EnvSpec, progress: ProgressCallback | None = None) -> EnvRef: ...
+    async def create(self, spec: EnvSpec, progress: ProgressCallback | None = None) -> EnvRef:
+        """Provide the environment ``spec`` describes and return its reference once it is usable.
 
-    async def status(self, ref: EnvRef) -> EnvStatus: ...
+        Returns an :class:`EnvRef` whose :meth:`status` is ``ready``. Idempotent per
+        ``spec.env_id``: an existing environment is reused (and started if stopped), else one is
+        made. Labs of ``spec.labs`` whose folder does not exist are seeded from their starter;
+        existing folders are never touched. Phases (``placing``, ``creating``, ``seeding``,
+        ``ready``, ...) go to ``progress(phase, message)`` for the attendee's page.
+
+        The caller stores ``provisioning`` before and ``ready`` (or ``failed``) after. May be called
+        at any time, also concurrently for one ``env_id`` (the second call waits and reuses).
+        Raises :class:`ProvisionError` (``reason``: ``engine-down``, ``image-missing``, ``no-room``,
+        ``no-card``, ``disk``, ...) when it cannot."""
+        ...
+
+    async def status(self, ref: EnvRef) -> EnvStatus:
+        """Poll the environment: ``ready`` (usable), ``provisioning`` (starting), ``stopped``
+        (gone or stopped, workspace possibly kept) or ``failed`` (crashed, or the engine does not
+        answer). Never ``pending`` or ``resetting``: those are the server's own states.
+
+        Never raises for a missing environment and never hangs: it answers. May be called at any
+        time with a reference ``create`` or ``discover`` returned; the server calls it on restart
+        (reconcile) and when a stored ``ready`` row turned out not to be."""
+        ...
 
     async def exec(
         self,
@@ -236,30 +296,143 @@ class Backend(Protocol):
         readonly: bool = False,
         cwd: str = "",
         env: Mapping[str, str] | None = None,
-    ) -> ExecResult: ...
+    ) -> ExecResult:
+        """Run ``argv`` in the environment (``cwd`` workspace-relative) and return its exit code and
+        output; ``exit_code`` is None and ``timed_out`` True when it was killed after ``timeout``
+        seconds. ``readonly`` runs it where the workspace cannot be written.
 
-    async def run_check(self, ref: EnvRef, request: CheckRequest) -> CheckRaw: ...
+        Needs a ``ready`` environment; raises :class:`EnvironmentGone` when it is not running and
+        :class:`PathRefused` for a ``cwd`` outside the workspace. Changes no state."""
+        ...
 
-    async def terminal(self, ref: EnvRef, cols: int, rows: int, *, cwd: str = "") -> Terminal: ...
+    async def run_check(self, ref: EnvRef, request: CheckRequest) -> CheckRaw:
+        """Run ``request.checker`` per DESIGN's checker protocol (working directory
+        ``/workspace/<lab>``, read-only where the backend allows, ``request.env`` plus
+        ``LAB_RESULT_FD``) and return what happened (:class:`CheckRaw`);
+        :func:`labserver.checks.verdict.interpret` turns that into a verdict.
 
-    async def list_files(self, ref: EnvRef, path: str) -> list[FileEntry]: ...
+        Needs a ``ready`` environment (the one place a backend may poll its own status before a
+        check); raises :class:`EnvironmentGone` otherwise. Changes no state."""
+        ...
 
-    async def read_file(self, ref: EnvRef, path: str) -> bytes: ...
+    async def terminal(self, ref: EnvRef, cols: int, rows: int, *, cwd: str = "") -> Terminal:
+        """Open an interactive shell on a PTY of ``cols`` x ``rows`` in ``cwd`` (workspace-relative;
+        the workspace root when it does not exist) and return it.
 
-    async def write_file(self, ref: EnvRef, path: str, data: bytes) -> None: ...
+        Needs a ``ready`` environment; raises :class:`EnvironmentGone` otherwise. The shell lives
+        until :meth:`Terminal.close` or until it exits (``read`` returns ``b""``)."""
+        ...
 
-    async def reset_lab(self, ref: EnvRef, lab: LabSeed, backup_name: str) -> str: ...
+    async def list_files(self, ref: EnvRef, path: str) -> list[FileEntry]:
+        """Every file and folder under ``path`` (workspace-relative, recursive, at most 5000),
+        without the backend's own hidden files.
 
-    """Move ``/workspace/<lab>`` to ``/workspace/.backups/<backup_name>/<lab>`` and seed it again
-    from the starter; returns the backup path (workspace-relative)."""
+        Needs a ``ready`` environment; raises :class:`EnvironmentGone`, :class:`PathRefused` or
+        ``FileNotFoundError``."""
+        ...
 
-    async def archive(self, ref: EnvRef, path: str) -> bytes: ...
+    async def read_file(self, ref: EnvRef, path: str) -> bytes:
+        """The bytes of the file ``path`` (workspace-relative).
 
-    """A zip of the folder ``path`` (workspace-relative)."""
+        Needs a ``ready`` environment; raises :class:`EnvironmentGone`, :class:`PathRefused`
+        (outside the workspace, symlinks included), ``FileNotFoundError`` or
+        ``IsADirectoryError``."""
+        ...
 
-    async def destroy(self, ref: EnvRef) -> None: ...
+    async def write_file(self, ref: EnvRef, path: str, data: bytes) -> None:
+        """Replace the file ``path`` with ``data`` atomically (a reader never sees half a file;
+        concurrent writes of one file all succeed, the last one wins), making folders as needed.
 
-    async def discover(self) -> list[EnvRef]: ...
+        Needs a ``ready`` environment; raises :class:`EnvironmentGone` or :class:`PathRefused`."""
+        ...
+
+    async def reset_lab(self, ref: EnvRef, lab: LabSeed, backup_name: str) -> str:
+        """Move ``/workspace/<lab>`` to ``/workspace/.backups/<backup_name>/<lab>`` and seed it again
+        from the starter; returns the backup path (workspace-relative).
+
+        Needs a ``ready`` environment; the caller stores ``resetting`` before and ``ready`` after.
+        Raises :class:`EnvironmentGone` or :class:`PathRefused`."""
+        ...
+
+    async def archive(self, ref: EnvRef, path: str) -> bytes:
+        """A zip of the folder ``path`` (workspace-relative), its entries under the folder's name.
+
+        Needs a ``ready`` environment; raises :class:`EnvironmentGone`, :class:`PathRefused` or
+        ``FileNotFoundError``."""
+        ...
+
+    async def destroy(self, ref: EnvRef) -> None:
+        """Remove the environment and its workspace. Destroying what is already gone is success.
+
+        May be called at any time; afterwards :meth:`status` answers ``stopped`` (or ``failed``)
+        and every other method raises :class:`EnvironmentGone`. Raises :class:`BackendError` only
+        when the infrastructure does not answer."""
+        ...
+
+    async def discover(self) -> list[EnvRef]:
+        """The environments of this backend (and this server's name prefix) that exist now, found
+        from the infrastructure alone (labels, marker files), so a restarted server re-adopts them.
+
+        May be called at any time; never creates, starts or destroys anything."""
+        ...
+
+
+@runtime_checkable
+class Stoppable(Protocol):
+    """A backend whose environments can be stopped and started again, keeping the workspace
+    (Docker: the container stops, the volume stays). The idle culler and ``labserver env stop``
+    act only on backends that are :class:`Stoppable`."""
+
+    async def stop(self, ref: EnvRef) -> None:
+        """Stop the environment, keep its workspace; :meth:`Backend.create` starts it again.
+
+        May be called on a ``ready`` environment; the caller stores ``stopped`` after. Stopping
+        what is already stopped or gone is success."""
+        ...
+
+
+@runtime_checkable
+class WarmPooled(Protocol):
+    """A backend that keeps ready environments per event so joining is instant (Docker)."""
+
+    async def prepare_event(self, event_id: int, template: EnvSpec, size: int | None = None) -> int:
+        """Keep ``size`` ready environments made from ``template`` for ``event_id`` (0: stop warming
+        it and remove the unclaimed ones); returns how many were made now.
+
+        May be called at any time and repeatedly (the housekeeping loop does, every minute);
+        :meth:`Backend.create` then claims a compatible warm environment before making one."""
+        ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A backend holding clients or threads that must be released (Docker)."""
+
+    async def aclose(self) -> None:
+        """Release clients and threads. Call once, when the backend will not be used again."""
+        ...
+
+
+async def backoff(
+    fn: Callable[[], Any],
+    *,
+    attempts: int = 8,
+    first: float = 0.05,
+    factor: float = 2.0,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+) -> Any:
+    """The one retry helper: call ``fn`` (a coroutine function) until it succeeds, sleeping
+    first, first*factor, ... between attempts; re-raises the last error."""
+    delay = first
+    for attempt in range(attempts):
+        try:
+            return await fn()
+        except retry_on:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(delay)
+            delay *= factor
+    raise AssertionError("unreachable")
 
 
 def safe_relpath(path: str) -> str:

@@ -4,19 +4,16 @@ is no attendee id in any path, so one attendee can never name another's environm
 from __future__ import annotations
 
 import mimetypes
-from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 from sse_starlette.sse import EventSourceResponse
 
-from labserver.backends.base import PathRefused, safe_relpath
+from labserver.backends.base import EnvRef, PathRefused, safe_relpath
 from labserver.content import Lab, Step
-from labserver.content.markdown import render
 from labserver.i18n import gettext, pick_lang
-from labserver.models import Announcement, CheckRun, Environment, HelpRequest, HelpState
 from labserver.routes.deps import (
     ATTENDEE_COOKIE,
     Ctx,
@@ -26,9 +23,32 @@ from labserver.routes.deps import (
     resolve_attendee,
     token_from,
 )
-from labserver.services import checking, environments, files, progress
+from labserver.schemas import (
+    SSE,
+    AnnouncementPublic,
+    AttendeeRef,
+    CheckRunPublic,
+    ConflictPublic,
+    EnvironmentPublic,
+    ErrorPublic,
+    EventRef,
+    FilePublic,
+    HelpPublic,
+    JoinPublic,
+    LabDetailPublic,
+    LabListItem,
+    LabProgressPublic,
+    LabSummaryPublic,
+    MePublic,
+    ResetPublic,
+    SavedPublic,
+    StatusPublic,
+    StepPublic,
+    UnavailableLab,
+    media,
+)
+from labserver.services import checking, environments, event_admin, files, help, progress
 from labserver.services.events import JoinError, join
-from labserver.services.help import ACTIVE as ACTIVE_HELP
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 
@@ -67,130 +87,89 @@ def _step(lab: Lab, step_id: str) -> Step:
     return step
 
 
-def lab_summary(lab: Lab, lang: str) -> dict[str, Any]:
-    spec = lab.spec
-    return {
-        "id": lab.id,
-        "title": spec.title.get(lang),
-        "summary": spec.summary.get(lang),
-        "duration_min": spec.duration_min,
-        "device": spec.requires.device,
-        "talk": {"title": spec.talk.title.get(lang), "speaker": spec.talk.speaker} if spec.talk else None,
-        "steps": len(lab.steps),
-    }
+def _progress(session: Session, me: Me, lab: Lab) -> LabProgressPublic:
+    prog = progress.lab_progress(session, event=me.event, attendee_id=me.id, lab=lab)
+    return LabProgressPublic.model_validate(prog.as_dict())
 
 
-def step_detail(lab: Lab, step: Step, lang: str, locked: bool) -> dict[str, Any]:
-    return {
-        "id": step.id,
-        "index": step.index + 1,
-        "title": step.spec.title.get(lang),
-        "locked": locked,
-        "hints": [h.get(lang) for h in step.spec.hints],
-        "html": ""
-        if locked
-        else render(
-            step.instructions(lang),
-            asset_base=f"/labs/{lab.id}/assets",
-            run_label=gettext(lang, "Run in terminal"),
-        ),
-    }
-
-
-@router.post("/join")
-def api_join(body: JoinIn, request: Request, session: SessionDep) -> JSONResponse:
+@router.post("/join", response_model=JoinPublic, responses={400: {"model": ErrorPublic}})
+def api_join(
+    body: JoinIn, request: Request, response: Response, session: SessionDep
+) -> JoinPublic | JSONResponse:
+    """Join an event by its code with a display name; the token comes back and as a cookie."""
     lang = pick_lang(request)
     try:
         attendee, token, event = join(session, event_code=body.event_code, name=body.name, lang=lang)
     except JoinError as exc:
         return JSONResponse({"detail": gettext(lang, exc.message), "code": exc.code}, status_code=400)
-    resp = JSONResponse(
-        {
-            "attendee": {"id": attendee.id, "name": attendee.name},
-            "event": {"id": event.id, "title": event.title, "code": event.code},
-            "token": token,
-        }
+    response.set_cookie(ATTENDEE_COOKIE, token, httponly=True, samesite="lax", max_age=30 * 24 * 3600)
+    return JoinPublic(
+        attendee=AttendeeRef(id=attendee.id, name=attendee.name),
+        event=EventRef(id=event.id, title=event.title, code=event.code),
+        token=token,
     )
-    resp.set_cookie(ATTENDEE_COOKIE, token, httponly=True, samesite="lax", max_age=30 * 24 * 3600)
-    return resp
 
 
-@router.get("/me")
-def api_me(me: CurrentAttendee) -> dict[str, Any]:
-    return {
-        "attendee": {"id": me.attendee.id, "name": me.attendee.name},
-        "event": {"id": me.event.id, "title": me.event.title, "code": me.event.code},
-    }
+@router.get("/me", response_model=MePublic)
+def api_me(me: CurrentAttendee) -> MePublic:
+    """Who I am and which event I joined."""
+    return MePublic.of(me.attendee, me.event)
 
 
-@router.get("/labs")
-def api_labs(request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> list[dict[str, Any]]:
+@router.get("/labs", response_model=list[LabListItem | UnavailableLab])
+def api_labs(
+    request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep
+) -> list[LabListItem | UnavailableLab]:
+    """The event's labs with my progress; labs whose files are broken are listed as unavailable."""
     lang = pick_lang(request)
-    out = []
+    out: list[LabListItem | UnavailableLab] = []
     for lab_id in environments.event_labs(ctx, me.event):
         lab = ctx.catalog.labs[lab_id]
-        prog = progress.lab_progress(session, event=me.event, attendee_id=me.id, lab=lab)
-        out.append({**lab_summary(lab, lang), "available": True, "progress": prog.as_dict()})
+        summary = LabSummaryPublic.of(lab, lang)
+        out.append(LabListItem(**summary.model_dump(), progress=_progress(session, me, lab)))
     for lab_id in me.event.labs or list(ctx.catalog.broken):
         if lab_id in ctx.catalog.broken:
-            out.append(
-                {
-                    "id": lab_id,
-                    "title": lab_id,
-                    "available": False,
-                    "problem": str(ctx.catalog.broken[lab_id].problems[0])
-                    if ctx.catalog.broken[lab_id].problems
-                    else "",
-                }
-            )
+            problems = ctx.catalog.broken[lab_id].problems
+            out.append(UnavailableLab(id=lab_id, title=lab_id, problem=str(problems[0]) if problems else ""))
     return out
 
 
-@router.get("/labs/{lab_id}")
+@router.get("/labs/{lab_id}", response_model=LabDetailPublic)
 def api_lab(
     lab_id: str, request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep
-) -> dict[str, Any]:
+) -> LabDetailPublic:
+    """One lab: its steps (instructions rendered, locked ones empty) and my progress."""
     lang = pick_lang(request)
     lab = _lab(ctx, me, lab_id)
-    prog = progress.lab_progress(session, event=me.event, attendee_id=me.id, lab=lab)
-    steps = [step_detail(lab, s, lang, progress.is_locked(me.event, lab, s.index)) for s in lab.steps]
-    return {**lab_summary(lab, lang), "steps": steps, "progress": prog.as_dict()}
+    steps = [StepPublic.of(lab, s, lang, progress.is_locked(me.event, lab, s.index)) for s in lab.steps]
+    summary = LabSummaryPublic.of(lab, lang).model_dump(exclude={"steps"})
+    return LabDetailPublic(**summary, steps=steps, progress=_progress(session, me, lab))
 
 
-@router.post("/labs/{lab_id}/steps/{step_id}/open")
+@router.post("/labs/{lab_id}/steps/{step_id}/open", response_model=StatusPublic)
 def api_open_step(
     lab_id: str, step_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep
-) -> dict[str, str]:
+) -> StatusPublic:
+    """Record that I opened a step (time on step starts then)."""
     lab = _lab(ctx, me, lab_id)
     _step(lab, step_id)
-    progress.mark_step_started(session, attendee_id=me.id, lab_id=lab_id, step_id=step_id)
-    ctx.live.publish("step.opened", me.event.id or 0, me.id, lab=lab_id, step=step_id)
-    return {"status": "ok"}
+    progress.open_step(
+        ctx, session, event_id=me.event.id or 0, attendee_id=me.id, lab_id=lab_id, step_id=step_id
+    )
+    return StatusPublic(status="ok")
 
 
-def env_public(row: Environment | None) -> dict[str, Any]:
-    if row is None:
-        return {"state": "none", "message": ""}
-    return {
-        "id": row.id,
-        "state": row.state,
-        "message": row.message,
-        "reason": row.reason,
-        "node": row.node,
-        "device": row.device,
-        "backend": row.backend,
-    }
+@router.get("/environment", response_model=EnvironmentPublic, response_model_exclude_none=True)
+def api_env(me: CurrentAttendee, session: SessionDep) -> EnvironmentPublic:
+    """My environment's state (``none`` before it is first made)."""
+    return EnvironmentPublic.of(environments.get_row(session, me.attendee))
 
 
-@router.get("/environment")
-def api_env(me: CurrentAttendee, session: SessionDep) -> dict[str, Any]:
-    return env_public(environments.get_row(session, me.attendee))
-
-
-@router.post("/environment")
-async def api_env_start(me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
-    await environments.ensure_environment(ctx, session, event=me.event, attendee=me.attendee)
-    return env_public(environments.get_row(session, me.attendee))
+@router.post("/environment", response_model=EnvironmentPublic, response_model_exclude_none=True)
+async def api_env_start(me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> EnvironmentPublic:
+    """Start my environment now (progress and state changes arrive on my stream)."""
+    await environments.start_environment(ctx, session, event=me.event, attendee=me.attendee)
+    return EnvironmentPublic.of(environments.get_row(session, me.attendee))
 
 
 def _lab_path(lab: Lab, path: str) -> str:
@@ -200,74 +179,125 @@ def _lab_path(lab: Lab, path: str) -> str:
     return f"{lab.id}/{rel}"
 
 
-@router.get("/labs/{lab_id}/files")
-async def api_files(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> list[dict[str, Any]]:
+@router.get("/labs/{lab_id}/files", response_model=list[FilePublic])
+async def api_files(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> list[FilePublic]:
+    """Every file and folder of the lab folder in my environment (paths relative to it)."""
     lab = _lab(ctx, me, lab_id)
-    ref = await environments.ensure_environment(ctx, session, event=me.event, attendee=me.attendee)
-    entries = await ctx.backend.list_files(ref, lab.id)
-    prefix = lab.id + "/"
-    return [
-        {"path": e.path.removeprefix(prefix), "dir": e.is_dir, "size": e.size, "mtime": e.mtime}
-        for e in entries
-    ]
 
+    async def listing(ref: EnvRef) -> list[FilePublic]:
+        prefix = lab.id + "/"
+        return [
+            FilePublic(path=e.path.removeprefix(prefix), dir=e.is_dir, size=e.size, mtime=e.mtime)
+            for e in await ctx.backend.list_files(ref, lab.id)
+        ]
 
-@router.get("/labs/{lab_id}/files/{path:path}")
-async def api_read_file(
-    lab_id: str, path: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep
-) -> Response:
-    lab = _lab(ctx, me, lab_id)
-    ref = await environments.ensure_environment(ctx, session, event=me.event, attendee=me.attendee)
-    data = await ctx.backend.read_file(ref, _lab_path(lab, path))
-    media = mimetypes.guess_type(path)[0] or "application/octet-stream"
-    if media.startswith("text/") or path.endswith(
-        (".py", ".sh", ".md", ".yaml", ".yml", ".json", ".txt", ".patch", ".toml", ".cfg", ".ini", ".csv")
-    ):
-        media = "text/plain; charset=utf-8"
-    return Response(
-        data, media_type=media, headers={"ETag": f'"{files.etag(data)}"', "Cache-Control": "no-store"}
+    return await environments.with_environment(
+        ctx, session, event=me.event, attendee=me.attendee, action=listing
     )
 
 
-@router.put("/labs/{lab_id}/files/{path:path}")
-async def api_write_file(
-    lab_id: str, path: str, request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep
+TEXT_SUFFIXES = (
+    ".py",
+    ".sh",
+    ".md",
+    ".yaml",
+    ".yml",
+    ".json",
+    ".txt",
+    ".patch",
+    ".toml",
+    ".cfg",
+    ".ini",
+    ".csv",
+)
+
+
+@router.get(
+    "/labs/{lab_id}/files/{path:path}",
+    response_class=Response,
+    responses=media("application/octet-stream", "The file's bytes (text files as text/plain; ETag header)"),
+)
+async def api_read_file(
+    lab_id: str, path: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep
 ) -> Response:
+    """One file of the lab folder, as bytes, with its ETag for a later conditional save."""
+    lab = _lab(ctx, me, lab_id)
+    target = _lab_path(lab, path)
+
+    async def read(ref: EnvRef) -> bytes:
+        return await ctx.backend.read_file(ref, target)
+
+    data = await environments.with_environment(
+        ctx, session, event=me.event, attendee=me.attendee, action=read
+    )
+    media_type = mimetypes.guess_type(path)[0] or "application/octet-stream"
+    if media_type.startswith("text/") or path.endswith(TEXT_SUFFIXES):
+        media_type = "text/plain; charset=utf-8"
+    return Response(
+        data, media_type=media_type, headers={"ETag": f'"{files.etag(data)}"', "Cache-Control": "no-store"}
+    )
+
+
+@router.put(
+    "/labs/{lab_id}/files/{path:path}",
+    response_model=SavedPublic,
+    responses={409: {"model": ConflictPublic}, 413: {"model": ErrorPublic}},
+)
+async def api_write_file(
+    lab_id: str,
+    path: str,
+    request: Request,
+    response: Response,
+    me: CurrentAttendee,
+    ctx: Ctx,
+    session: SessionDep,
+) -> SavedPublic | JSONResponse:
+    """Save a file (body = its bytes); with ``If-Match`` it is refused (409) when it changed on disk."""
     lab = _lab(ctx, me, lab_id)
     data = await request.body()
+    lang = pick_lang(request)
     if len(data) > MAX_EDIT_BYTES:
         raise HTTPException(
             413,
-            gettext(
-                pick_lang(request),
-                "That file is too big to save from the editor (2 MB at most); use the terminal.",
+            gettext(lang, "That file is too big to save from the editor (2 MB at most); use the terminal."),
+        )
+    target = _lab_path(lab, path)
+    if_match = request.headers.get("if-match", "")
+
+    async def save(ref: EnvRef) -> str | None:
+        """None when saved, else the ETag of the newer file on disk (services/files.py)."""
+        try:
+            await files.save(ctx, ref, target, data, if_match=if_match)
+        except files.Conflict as conflict:
+            return conflict.etag
+        return None
+
+    newer = await environments.with_environment(
+        ctx, session, event=me.event, attendee=me.attendee, action=save
+    )
+    if newer is not None:
+        conflict = ConflictPublic(
+            detail=gettext(
+                lang,
+                "This file changed on disk since you opened it (in the terminal?). "
+                "Your text is still in the editor: copy it, reload the file, and merge.",
             ),
+            etag=newer,
         )
-    ref = await environments.ensure_environment(ctx, session, event=me.event, attendee=me.attendee)
-    try:
-        etag = await files.save(
-            ctx, ref, _lab_path(lab, path), data, if_match=request.headers.get("if-match", "")
-        )
-    except files.Conflict as conflict:
-        return JSONResponse(
-            {
-                "detail": gettext(
-                    pick_lang(request),
-                    "This file changed on disk since you opened it (in the terminal?). "
-                    "Your text is still in the editor: copy it, reload the file, and merge.",
-                ),
-                "code": "conflict",
-                "etag": conflict.etag,
-            },
-            status_code=409,
-        )
-    return JSONResponse({"status": "saved", "etag": etag, "size": len(data)}, headers={"ETag": f'"{etag}"'})
+        return JSONResponse(conflict.model_dump(), status_code=409)
+    response.headers["ETag"] = f'"{files.etag(data)}"'
+    return SavedPublic(etag=files.etag(data), size=len(data))
 
 
-@router.post("/labs/{lab_id}/steps/{step_id}/check")
+@router.post(
+    "/labs/{lab_id}/steps/{step_id}/check",
+    response_model=CheckRunPublic,
+    responses={423: {"model": ErrorPublic}},
+)
 async def api_check(
     lab_id: str, step_id: str, request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep
-) -> dict[str, Any]:
+) -> CheckRunPublic:
+    """Run the step's checker against my environment; the result is committed before it is returned."""
     lab = _lab(ctx, me, lab_id)
     step = _step(lab, step_id)
     if progress.is_locked(me.event, lab, step.index):
@@ -277,36 +307,43 @@ async def api_check(
     run = await checking.run_check(
         ctx, session, event=me.event, attendee=me.attendee, lab=lab, step=step, lang=pick_lang(request)
     )
-    return checking.run_public(run)
+    return CheckRunPublic.of(run)
 
 
-@router.get("/labs/{lab_id}/steps/{step_id}/runs")
+@router.get("/labs/{lab_id}/steps/{step_id}/runs", response_model=list[CheckRunPublic])
 def api_runs(
     lab_id: str, step_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep
-) -> list[dict[str, Any]]:
+) -> list[CheckRunPublic]:
+    """My last 50 check runs of a step, newest first."""
     lab = _lab(ctx, me, lab_id)
     _step(lab, step_id)
-    runs = session.exec(
-        select(CheckRun)
-        .where(CheckRun.attendee_id == me.id, CheckRun.lab_id == lab_id, CheckRun.step_id == step_id)
-        .order_by(col(CheckRun.id).desc())
-        .limit(50)
-    ).all()
-    return [checking.run_public(r) for r in runs]
+    runs = checking.runs_of(session, attendee_id=me.id, lab_id=lab_id, step_id=step_id, limit=50)
+    return [CheckRunPublic.of(r) for r in runs]
 
 
-@router.post("/labs/{lab_id}/reset")
-async def api_reset(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> dict[str, str]:
+@router.post("/labs/{lab_id}/reset", response_model=ResetPublic)
+async def api_reset(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> ResetPublic:
+    """Put the lab folder back to its starter; my old files go to a dated backup folder."""
     lab = _lab(ctx, me, lab_id)
     backup = await environments.reset_lab(ctx, session, event=me.event, attendee=me.attendee, lab_id=lab.id)
-    return {"status": "reset", "backup": backup}
+    return ResetPublic(lab=lab.id, backup=backup)
 
 
-@router.get("/labs/{lab_id}/download")
+@router.get(
+    "/labs/{lab_id}/download",
+    response_class=Response,
+    responses=media("application/zip", "A zip of the lab folder"),
+)
 async def api_download(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> Response:
+    """Download my lab folder as a zip."""
     lab = _lab(ctx, me, lab_id)
-    ref = await environments.ensure_environment(ctx, session, event=me.event, attendee=me.attendee)
-    data = await ctx.backend.archive(ref, lab.id)
+
+    async def zipped(ref: EnvRef) -> bytes:
+        return await ctx.backend.archive(ref, lab.id)
+
+    data = await environments.with_environment(
+        ctx, session, event=me.event, attendee=me.attendee, action=zipped
+    )
     return Response(
         data,
         media_type="application/zip",
@@ -314,94 +351,34 @@ async def api_download(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: Sess
     )
 
 
-@router.post("/help")
-def api_help(body: HelpIn, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
-    existing = session.exec(
-        select(HelpRequest).where(
-            HelpRequest.attendee_id == me.id,
-            HelpRequest.state.in_(  # type: ignore[attr-defined]
-                ACTIVE_HELP
-            ),
-        )
-    ).first()
-    if existing is None:
-        existing = HelpRequest(
-            event_id=me.event.id or 0, attendee_id=me.id, lab_id=body.lab, step_id=body.step, note=body.note
-        )
-    else:
-        existing.note, existing.lab_id, existing.step_id = body.note or existing.note, body.lab, body.step
-    session.add(existing)
-    session.commit()
-    session.refresh(existing)
-    ctx.live.publish(
-        "help.raised",
-        me.event.id or 0,
-        me.id,
-        help_id=existing.id,
-        name=me.attendee.name,
-        lab=body.lab,
-        step=body.step,
-        note=body.note,
-    )
-    return help_public(existing)
+@router.post("/help", response_model=HelpPublic)
+def api_help(body: HelpIn, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> HelpPublic:
+    """Raise my hand (again: updates the open request; one per attendee)."""
+    h = help.raise_hand(ctx, session, attendee=me.attendee, lab=body.lab, step=body.step, note=body.note)
+    return HelpPublic.of(h)
 
 
-def help_public(h: HelpRequest) -> dict[str, Any]:
-    return {
-        "id": h.id,
-        "state": h.state,
-        "lab": h.lab_id,
-        "step": h.step_id,
-        "note": h.note,
-        "claimed_by": h.claimed_by,
-        "created_at": h.created_at.isoformat(),
-    }
+@router.get("/help", response_model=HelpPublic | None)
+def api_my_help(me: CurrentAttendee, session: SessionDep) -> HelpPublic | None:
+    """My open or claimed request, or null."""
+    h = help.active_of(session, attendee_id=me.id)
+    return HelpPublic.of(h) if h else None
 
 
-@router.get("/help")
-def api_my_help(me: CurrentAttendee, session: SessionDep) -> dict[str, Any] | None:
-    h = session.exec(
-        select(HelpRequest)
-        .where(
-            HelpRequest.attendee_id == me.id,
-            HelpRequest.state.in_(  # type: ignore[attr-defined]
-                ACTIVE_HELP
-            ),
-        )
-        .order_by(col(HelpRequest.id).desc())
-    ).first()  # type: ignore[union-attr]
-    return help_public(h) if h else None
+@router.delete("/help", response_model=StatusPublic)
+def api_cancel_help(me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> StatusPublic:
+    """Lower my hand."""
+    help.cancel(ctx, session, attendee=me.attendee)
+    return StatusPublic(status="cancelled")
 
 
-@router.delete("/help")
-def api_cancel_help(me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> dict[str, str]:
-    for h in session.exec(
-        select(HelpRequest).where(
-            HelpRequest.attendee_id == me.id,
-            HelpRequest.state.in_(  # type: ignore[attr-defined]
-                ACTIVE_HELP
-            ),
-        )
-    ).all():
-        h.state = HelpState.cancelled
-        session.add(h)
-        ctx.live.publish("help.cancelled", me.event.id or 0, me.id, help_id=h.id)
-    session.commit()
-    return {"status": "cancelled"}
+@router.get("/announcements", response_model=list[AnnouncementPublic])
+def api_announcements(me: CurrentAttendee, session: SessionDep) -> list[AnnouncementPublic]:
+    """The event's last 20 announcements, newest first."""
+    return event_admin.announcements(session, event_id=me.event.id or 0, limit=20)
 
 
-@router.get("/announcements")
-def api_announcements(me: CurrentAttendee, session: SessionDep) -> list[dict[str, Any]]:
-    rows = session.exec(
-        select(Announcement)
-        .where(Announcement.event_id == me.event.id)
-        .order_by(col(Announcement.id).desc())
-        .limit(20)
-    ).all()  # type: ignore[union-attr]
-    return [{"id": a.id, "message": a.message, "created_at": a.created_at.isoformat()} for a in rows]
-
-
-@router.get("/stream")
+@router.get("/stream", response_class=EventSourceResponse, responses=SSE)
 async def api_stream(request: Request, ctx: Ctx) -> EventSourceResponse:
     """My live events (SSE). The token is resolved in a short session of its own: a stream stays
     open for hours and must not hold a database connection (the pool would run dry at ~15 pages)."""

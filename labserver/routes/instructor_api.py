@@ -1,25 +1,48 @@
 """Instructor JSON API under ``/api/v1`` (tag ``instructor``). Every route depends on
 :func:`~labserver.routes.deps.current_instructor` at the router level, so an attendee token or no
-credentials get 403. Routes are thin: parse, call a ``services`` function, shape the answer."""
+credentials get 403. Routes are thin: parse, call a ``services`` function, answer with a model of
+:mod:`labserver.schemas`."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from pydantic import BaseModel, Field
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 from sse_starlette.sse import EventSourceResponse
 
 from labserver import clock
 from labserver.content import Lab, Step
 from labserver.i18n import pick_lang
-from labserver.models import Attendee, CheckRun, Environment, Event, HelpRequest
+from labserver.models import Attendee, Environment, Event
 from labserver.routes.deps import Ctx, Instructor, SessionDep, current_instructor
 from labserver.routes.instructor_stream import instructor_stream
-from labserver.services import env_admin, event_admin, help, room
-from labserver.services.checking import run_public
+from labserver.schemas import (
+    SSE,
+    AnnouncementPublic,
+    AttendeeDetailPublic,
+    AttendeeInfo,
+    CheckRunPublic,
+    EnvironmentPublic,
+    ErrorPublic,
+    EventPublic,
+    ExportPublic,
+    GridPublic,
+    HelpPublic,
+    HelpQueueItem,
+    PacePublic,
+    ResetPublic,
+    RevealPublic,
+    StuckPublic,
+    SummaryPublic,
+    json_file,
+    media,
+)
+from labserver.services import checking, env_admin, event_admin, help, room
+from labserver.services.completion_chart import chart_svg
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs, get_row, reset_lab
 from labserver.services.event_admin import EventError
@@ -103,50 +126,61 @@ def _bad(exc: EventError) -> HTTPException:
     return HTTPException(400, {"message": exc.message, "field": exc.field})
 
 
+BAD: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorPublic, "description": "A field is wrong (``detail.field`` names it)"}
+}
+
+
 # -- events -----------------------------------------------------------------------------------------
-@router.get("/events")
-def list_events(session: SessionDep) -> list[dict[str, Any]]:
+@router.get("/events", response_model=list[EventPublic])
+def list_events(session: SessionDep) -> list[EventPublic]:
+    """Every event (self-paced ones excluded), newest first, with head counts."""
     return event_admin.list_events(session)
 
 
-@router.post("/events", status_code=201)
-def create_event(body: EventIn, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.post("/events", status_code=201, response_model=EventPublic, responses=BAD)
+def create_event(body: EventIn, ctx: Ctx, session: SessionDep) -> EventPublic:
+    """Create an event (a join code is generated when none is given)."""
     try:
         event = event_admin.create(ctx, session, **body.model_dump())
     except EventError as exc:
         raise _bad(exc) from exc
-    return event_admin.event_public(event)
+    return EventPublic.of(event)
 
 
-@router.get("/events/{event_id}")
-def show_event(event_id: int, session: SessionDep) -> dict[str, Any]:
+@router.get("/events/{event_id}", response_model=EventPublic)
+def show_event(event_id: int, session: SessionDep) -> EventPublic:
+    """One event with its head count."""
     event = get_event(session, event_id)
-    count = len(session.exec(select(Attendee.id).where(Attendee.event_id == event_id)).all())
-    return event_admin.event_public(event, count)
+    return EventPublic.of(event, event_admin.attendee_count(session, event_id))
 
 
-@router.patch("/events/{event_id}")
-def edit_event(event_id: int, body: EventPatch, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.patch("/events/{event_id}", response_model=EventPublic, responses=BAD)
+def edit_event(event_id: int, body: EventPatch, ctx: Ctx, session: SessionDep) -> EventPublic:
+    """Change any of an event's fields (only those given)."""
     event = get_event(session, event_id)
     try:
         event = event_admin.update(ctx, session, event, **body.model_dump(exclude_unset=True))
     except EventError as exc:
         raise _bad(exc) from exc
-    return event_admin.event_public(event)
+    return EventPublic.of(event)
 
 
-@router.post("/events/{event_id}/status")
-def event_status(event_id: int, body: StatusIn, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.post("/events/{event_id}/status", response_model=EventPublic, responses=BAD)
+def event_status(event_id: int, body: StatusIn, ctx: Ctx, session: SessionDep) -> EventPublic:
+    """Open, close (no more joining) or archive an event."""
     event = get_event(session, event_id)
     try:
         event = event_admin.set_status(ctx, session, event, body.status)
     except EventError as exc:
         raise _bad(exc) from exc
-    return event_admin.event_public(event)
+    return EventPublic.of(event)
 
 
 # -- the room ---------------------------------------------------------------------------------------
-@router.get("/events/{event_id}/progress")
+@router.get(
+    "/events/{event_id}/progress", response_class=Response, responses=json_file(GridPublic, "The grid")
+)
 def progress_grid(
     event_id: int, request: Request, ctx: Ctx, session: SessionDep, attendee: int | None = None
 ) -> Response:
@@ -157,33 +191,34 @@ def progress_grid(
 
 
 def _json(data: Any) -> Response:
-    import json
-
     return Response(
         json.dumps(data, separators=(",", ":"), ensure_ascii=False), media_type="application/json"
     )
 
 
-@router.get("/events/{event_id}/summary")
-def summary(event_id: int, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.get("/events/{event_id}/summary", response_model=SummaryPublic)
+def summary(event_id: int, ctx: Ctx, session: SessionDep) -> SummaryPublic:
     """Per-step counts by status and the funnel (``reached``), plus the stuck list."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
-    return {
-        "steps": room.summaries(facts),
-        "stuck": room.stuck_public(facts, room.stuck(ctx, facts)),
-        "attendees": len(facts.attendees),
-    }
+    return SummaryPublic.model_validate(
+        {
+            "steps": room.summaries(facts),
+            "stuck": room.stuck_public(facts, room.stuck(ctx, facts)),
+            "attendees": len(facts.attendees),
+        }
+    )
 
 
-@router.get("/events/{event_id}/stuck")
-def stuck(event_id: int, ctx: Ctx, session: SessionDep) -> list[dict[str, Any]]:
+@router.get("/events/{event_id}/stuck", response_model=list[StuckPublic])
+def stuck(event_id: int, ctx: Ctx, session: SessionDep) -> list[StuckPublic]:
+    """Attendees who look stuck (slow on a step, or failing it again and again), longest first."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
-    return room.stuck_public(facts, room.stuck(ctx, facts))
+    return [StuckPublic.model_validate(row) for row in room.stuck_public(facts, room.stuck(ctx, facts))]
 
 
-@router.get("/events/{event_id}/stream")
+@router.get("/events/{event_id}/stream", response_class=EventSourceResponse, responses=SSE)
 async def stream(event_id: int, ctx: Ctx) -> EventSourceResponse:
     """SSE: ``ready``, then deltas: ``cell`` (one grid cell, same list as in ``cells``), ``run`` (a
     check started), ``env``, ``help``, ``announcement``, ``pace``, ``resync``, ...
@@ -195,8 +230,13 @@ async def stream(event_id: int, ctx: Ctx) -> EventSourceResponse:
     return EventSourceResponse(instructor_stream(ctx, event, sub), ping=15)
 
 
-@router.get("/events/{event_id}/export.csv")
+@router.get(
+    "/events/{event_id}/export.csv",
+    response_class=Response,
+    responses=media("text/csv", "One row per attendee x step (see ExportRow)"),
+)
 def export_csv(event_id: int, ctx: Ctx, session: SessionDep) -> Response:
+    """The results as CSV (one row per attendee x step), as a download."""
     event = get_event(session, event_id)
     body = room.export_csv(room.load_facts(ctx, session, event))
     name = f"labserver-{event.code}-{clock.now():%Y%m%d-%H%M}.csv"
@@ -207,67 +247,84 @@ def export_csv(event_id: int, ctx: Ctx, session: SessionDep) -> Response:
     )
 
 
-@router.get("/events/{event_id}/export.json")
+@router.get(
+    "/events/{event_id}/export.json",
+    response_class=Response,
+    responses=json_file(ExportPublic, "The results"),
+)
 def export_json(event_id: int, ctx: Ctx, session: SessionDep) -> Response:
+    """The event and its results as JSON, as a download."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
-    data = {
-        "event": event_admin.event_public(event, len(facts.attendees)),
-        "results": room.export_rows(facts),
-    }
-    import json
-
+    data = ExportPublic.model_validate(
+        {"event": EventPublic.of(event, len(facts.attendees)), "results": room.export_rows(facts)}
+    )
     name = f"labserver-{event.code}-{clock.now():%Y%m%d-%H%M}.json"
     return Response(
-        json.dumps(data, ensure_ascii=False, indent=1),
+        json.dumps(data.model_dump(mode="json"), ensure_ascii=False, indent=1),
         media_type="application/json",
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
 
 
-@router.get("/events/{event_id}/completion.svg")
+@router.get(
+    "/events/{event_id}/completion.svg",
+    response_class=Response,
+    responses=media("image/svg+xml", "Completion over time, as an SVG chart"),
+)
 def completion_svg(event_id: int, request: Request, ctx: Ctx, session: SessionDep, lab: str = "") -> Response:
-    from labserver.services.completion_chart import chart_svg
-
+    """How many attendees completed each step over time (``?lab=`` for one lab)."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
     return Response(chart_svg(facts, lab or None, lang=pick_lang(request)), media_type="image/svg+xml")
 
 
-@router.put("/events/{event_id}/pace")
-def set_pace(event_id: int, body: PaceIn, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.put("/events/{event_id}/pace", response_model=PacePublic)
+def set_pace(event_id: int, body: PaceIn, ctx: Ctx, session: SessionDep) -> PacePublic:
+    """Unlock a lab's steps up to N for the whole room (null: all)."""
     event = get_event(session, event_id)
     lab = get_lab(ctx, event, body.lab)
     event = room.set_pace(ctx, session, event=event, lab=lab, unlocked=body.unlocked)
-    return {"pace": event.pace}
+    return PacePublic(pace=dict(event.pace))
 
 
-@router.get("/events/{event_id}/announcements")
-def list_announcements(event_id: int, session: SessionDep) -> list[dict[str, Any]]:
+@router.get("/events/{event_id}/announcements", response_model=list[AnnouncementPublic])
+def list_announcements(event_id: int, session: SessionDep) -> list[AnnouncementPublic]:
+    """The event's last 50 announcements, newest first."""
     get_event(session, event_id)
     return event_admin.announcements(session, event_id=event_id)
 
 
-@router.post("/events/{event_id}/announcements", status_code=201)
+@router.post(
+    "/events/{event_id}/announcements", status_code=201, response_model=AnnouncementPublic, responses=BAD
+)
 def announce(
     event_id: int, body: AnnouncementIn, me: Instructor, ctx: Ctx, session: SessionDep
-) -> dict[str, Any]:
+) -> AnnouncementPublic:
+    """Broadcast a message to every page of the event."""
     event = get_event(session, event_id)
     try:
         row = event_admin.broadcast(ctx, session, event=event, message=body.message, author=me)
     except EventError as exc:
         raise _bad(exc) from exc
-    return {"id": row.id, "message": row.message, "author": row.author}
+    return AnnouncementPublic.of(row)
 
 
 # -- help queue -------------------------------------------------------------------------------------
-@router.get("/events/{event_id}/help")
-def help_queue(event_id: int, session: SessionDep) -> list[dict[str, Any]]:
+@router.get("/events/{event_id}/help", response_model=list[HelpQueueItem])
+def help_queue(event_id: int, session: SessionDep) -> list[HelpQueueItem]:
+    """Raised hands (open and claimed), oldest first, with waiting times."""
     get_event(session, event_id)
     return help.queue(session, event_id=event_id)
 
 
-def _help_action(action: str, event_id: int, help_id: int, me: str, ctx: Ctx, session: Session) -> dict:
+HELP_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorPublic},
+    409: {"model": ErrorPublic, "description": "Already closed"},
+}
+
+
+def _help_action(action: str, event_id: int, help_id: int, me: str, ctx: Ctx, session: Session) -> HelpPublic:
     get_event(session, event_id)
     fn = help.claim if action == "claim" else help.resolve
     try:
@@ -276,47 +333,42 @@ def _help_action(action: str, event_id: int, help_id: int, me: str, ctx: Ctx, se
         raise HTTPException(404, f"No help request {help_id} in this event.") from exc
     except HelpError as exc:
         raise HTTPException(409, str(exc)) from exc
-    return {"id": h.id, "state": h.state, "claimed_by": h.claimed_by}
+    return HelpPublic.of(h)
 
 
-@router.post("/events/{event_id}/help/{help_id}/claim")
-def claim_help(event_id: int, help_id: int, me: Instructor, ctx: Ctx, session: SessionDep) -> dict:
+@router.post("/events/{event_id}/help/{help_id}/claim", response_model=HelpPublic, responses=HELP_ERRORS)
+def claim_help(event_id: int, help_id: int, me: Instructor, ctx: Ctx, session: SessionDep) -> HelpPublic:
+    """Take a raised hand ("someone is coming" reaches the attendee); a claimed one is taken over."""
     return _help_action("claim", event_id, help_id, me, ctx, session)
 
 
-@router.post("/events/{event_id}/help/{help_id}/resolve")
-def resolve_help(event_id: int, help_id: int, me: Instructor, ctx: Ctx, session: SessionDep) -> dict:
+@router.post("/events/{event_id}/help/{help_id}/resolve", response_model=HelpPublic, responses=HELP_ERRORS)
+def resolve_help(event_id: int, help_id: int, me: Instructor, ctx: Ctx, session: SessionDep) -> HelpPublic:
+    """Close a raised hand as helped."""
     return _help_action("resolve", event_id, help_id, me, ctx, session)
 
 
 # -- one attendee -----------------------------------------------------------------------------------
-@router.get("/events/{event_id}/attendees/{attendee_id}")
+@router.get("/events/{event_id}/attendees/{attendee_id}", response_model=AttendeeDetailPublic)
 def attendee_detail(
     event_id: int, attendee_id: int, ctx: Ctx, session: SessionDep, lab: str = ""
-) -> dict[str, Any]:
+) -> AttendeeDetailPublic:
     """Drill-down: environment, every check run with its full output (newest first; ``?lab=`` to
     narrow), open help requests and the stuck flag."""
     event = get_event(session, event_id)
     attendee = get_attendee(session, event, attendee_id)
-    q = select(CheckRun).where(CheckRun.attendee_id == attendee_id).order_by(col(CheckRun.id).desc())
-    if lab:
-        q = q.where(CheckRun.lab_id == lab)
-    runs = [run_public(r) for r in session.exec(q.limit(500)).all()]
-    helps = session.exec(
-        select(HelpRequest).where(HelpRequest.attendee_id == attendee_id).order_by(col(HelpRequest.id).desc())
-    ).all()
+    runs = checking.runs_of(session, attendee_id=attendee_id, lab_id=lab, limit=500)
     facts = room.load_facts(ctx, session, event)
     flags = room.stuck(ctx, facts)
-    return {
-        "attendee": {"id": attendee.id, "name": attendee.name, "joined_at": attendee.created_at.isoformat()},
-        "environment": env_admin.env_detail(get_row(session, attendee)),
-        "runs": runs,
-        "help": [
-            {"id": h.id, "state": h.state, "lab": h.lab_id, "step": h.step_id, "note": h.note} for h in helps
-        ],
-        "stuck": room.stuck_public(facts, {attendee_id: flags[attendee_id]}) if attendee_id in flags else [],
-        "cells": room.attendee_cells(facts, attendee_id, facts.columns),
-    }
+    stuck_rows = room.stuck_public(facts, {attendee_id: flags[attendee_id]}) if attendee_id in flags else []
+    return AttendeeDetailPublic(
+        attendee=AttendeeInfo(id=attendee.id, name=attendee.name, joined_at=attendee.created_at.isoformat()),
+        environment=EnvironmentPublic.of(get_row(session, attendee)),
+        runs=[CheckRunPublic.of(r) for r in runs],
+        help=[HelpPublic.of(h) for h in help.of_attendee(session, attendee_id=attendee_id)],
+        stuck=[StuckPublic.model_validate(row) for row in stuck_rows],
+        cells=room.attendee_cells(facts, attendee_id, facts.columns),
+    )
 
 
 def _env_owner(session: Session, env_id: str) -> tuple[Event, Attendee]:
@@ -327,35 +379,39 @@ def _env_owner(session: Session, env_id: str) -> tuple[Event, Attendee]:
     return event, get_attendee(session, event, row.attendee_id)
 
 
-@router.post("/environments/{env_id}/reset")
-async def env_reset(env_id: str, body: LabIn, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.post("/environments/{env_id}/reset", response_model=ResetPublic)
+async def env_reset(env_id: str, body: LabIn, ctx: Ctx, session: SessionDep) -> ResetPublic:
+    """Reset one lab folder of an attendee's environment to its starter (the old files are kept)."""
     event, attendee = _env_owner(session, env_id)
     lab = get_lab(ctx, event, body.lab)
     backup = await reset_lab(ctx, session, event=event, attendee=attendee, lab_id=lab.id)
-    return {"status": "reset", "lab": lab.id, "backup": backup}
+    return ResetPublic(lab=lab.id, backup=backup)
 
 
-@router.post("/environments/{env_id}/restart")
-async def env_restart(env_id: str, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.post("/environments/{env_id}/restart", response_model=EnvironmentPublic)
+async def env_restart(env_id: str, ctx: Ctx, session: SessionDep) -> EnvironmentPublic:
+    """Close the attendee's shells and start the environment again, workspace kept."""
     event, attendee = _env_owner(session, env_id)
     await env_admin.restart(ctx, session, event=event, attendee=attendee)
-    return env_admin.env_detail(get_row(session, attendee))
+    return EnvironmentPublic.of(get_row(session, attendee))
 
 
-@router.post("/environments/{env_id}/recreate")
-async def env_recreate(env_id: str, ctx: Ctx, session: SessionDep) -> dict[str, Any]:
+@router.post("/environments/{env_id}/recreate", response_model=EnvironmentPublic)
+async def env_recreate(env_id: str, ctx: Ctx, session: SessionDep) -> EnvironmentPublic:
+    """Destroy the environment, workspace included, and make a fresh one from the starters."""
     event, attendee = _env_owner(session, env_id)
     await env_admin.recreate(ctx, session, event=event, attendee=attendee)
-    return env_admin.env_detail(get_row(session, attendee))
+    return EnvironmentPublic.of(get_row(session, attendee))
 
 
-@router.post("/events/{event_id}/attendees/{attendee_id}/reveal")
+@router.post("/events/{event_id}/attendees/{attendee_id}/reveal", response_model=RevealPublic)
 async def reveal(
     event_id: int, attendee_id: int, body: RevealIn, me: Instructor, ctx: Ctx, session: SessionDep
-) -> dict[str, Any]:
+) -> RevealPublic:
+    """Copy a step's solution files into the attendee's ``<lab>/.solution/``."""
     event = get_event(session, event_id)
     attendee = get_attendee(session, event, attendee_id)
     lab = get_lab(ctx, event, body.lab)
     step = get_step(lab, body.step)
     files = await env_admin.reveal(ctx, session, event=event, attendee=attendee, lab=lab, step=step, by=me)
-    return {"status": "revealed", "files": files}
+    return RevealPublic(files=files)

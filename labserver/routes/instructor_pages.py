@@ -16,10 +16,10 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from labserver.i18n import translations
-from labserver.models import Attendee, EventStatus
+from labserver.models import EventStatus
 from labserver.routes.deps import (
     INSTRUCTOR_COOKIE,
     Ctx,
@@ -29,7 +29,8 @@ from labserver.routes.deps import (
 )
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.routes.pages import base_context, render_page, safe_next
-from labserver.services import env_admin, event_admin
+from labserver.schemas import EnvironmentPublic, EventPublic
+from labserver.services import event_admin
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs, get_row
 from labserver.services.event_admin import EventError
@@ -68,6 +69,7 @@ def login_context(request: Request, error: str = "", name: str = "") -> Context:
 
 @router.get("/login")
 def login_page(request: Request, ctx: Ctx) -> HTMLResponse:
+    """The instructor's login form."""
     return render_page(ctx, "instructor_login.html", login_context(request))
 
 
@@ -79,6 +81,7 @@ def login(
     name: Annotated[str, Form()] = "",
     next: Annotated[str, Form()] = "/instructor",
 ) -> Response:
+    """Check the instructor token; set the signed instructor cookie."""
     expected = ctx.settings.instructor_token
     name = " ".join(name.split())[:80]
     if not expected or not hmac.compare_digest(token.strip(), expected):
@@ -99,6 +102,7 @@ def login(
 
 @router.post("/logout")
 def logout() -> RedirectResponse:
+    """Forget the instructor cookie."""
     resp = RedirectResponse("/instructor/login", status_code=303)
     resp.delete_cookie(INSTRUCTOR_COOKIE)
     return resp
@@ -114,7 +118,8 @@ def _catalog_labs(ctx: AppContext, lang: str) -> list[Context]:
 
 def events_context(request: Request, ctx: AppContext, session: Session, me: str) -> Context:
     base = instructor_base(request, me, "instructor-events")
-    return {**base, "events": event_admin.list_events(session), "statuses": [s.value for s in EventStatus]}
+    events = [e.model_dump() for e in event_admin.list_events(session)]
+    return {**base, "events": events, "statuses": [s.value for s in EventStatus]}
 
 
 def _local(t: dt.datetime | None) -> str:
@@ -184,11 +189,13 @@ FormStr = Annotated[str, Form()]
 
 @router.get("")
 def events_page(request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor) -> HTMLResponse:
+    """Every event, with status buttons."""
     return render_page(ctx, "instructor_events.html", events_context(request, ctx, session, me))
 
 
 @router.get("/events/new")
 def new_event_page(request: Request, ctx: Ctx, me: PageInstructor) -> HTMLResponse:
+    """The form for a new event."""
     return render_page(ctx, "instructor_event_form.html", event_form_context(request, ctx, me))
 
 
@@ -207,6 +214,7 @@ def create_event(
     backend: FormStr = "",
     image: FormStr = "",
 ) -> Response:
+    """Create an event from the form (the form again, with the error, when a field is wrong)."""
     raw = {"title": title, "labs": labs, "code": code, "capacity": capacity}
     raw |= {"starts_at": starts_at, "ends_at": ends_at, "backend": backend, "image": image}
     try:
@@ -222,8 +230,9 @@ def create_event(
 def edit_event_page(
     event_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
 ) -> HTMLResponse:
+    """The form of an existing event."""
     event = get_event(session, event_id)
-    values = event_admin.event_public(event)
+    values: Context = EventPublic.of(event).model_dump()
     values["starts_at"], values["ends_at"] = _local(event.starts_at), _local(event.ends_at)
     return render_page(
         ctx, "instructor_event_form.html", event_form_context(request, ctx, me, values, event_id=event_id)
@@ -246,6 +255,7 @@ def edit_event(
     backend: FormStr = "",
     image: FormStr = "",
 ) -> Response:
+    """Save the event form."""
     event = get_event(session, event_id)
     raw = {"title": title, "labs": labs, "code": code, "capacity": capacity}
     raw |= {"starts_at": starts_at, "ends_at": ends_at, "backend": backend, "image": image}
@@ -263,6 +273,7 @@ def edit_event(
 def event_status(
     event_id: int, ctx: Ctx, session: SessionDep, me: PageInstructor, status: FormStr = ""
 ) -> Response:
+    """Open, close or archive an event from the events page."""
     event = get_event(session, event_id)
     try:
         event_admin.set_status(ctx, session, event, status)
@@ -288,10 +299,10 @@ def dashboard_context(request: Request, ctx: AppContext, session: Session, me: s
                 "unlocked": event.pace.get(lab.id),
             }
         )
-    count = len(session.exec(select(Attendee.id).where(Attendee.event_id == event_id)).all())
+    count = event_admin.attendee_count(session, event_id)
     return {
         **base,
-        "ev": event_admin.event_public(event, count),
+        "ev": EventPublic.of(event, count).model_dump(),
         "labs": labs,
         "config": {"event": event.id, "lang": lang, "me": me},
     }
@@ -301,6 +312,7 @@ def dashboard_context(request: Request, ctx: AppContext, session: Session, me: s
 def dashboard_page(
     event_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
 ) -> HTMLResponse:
+    """The live room: grid, stuck list, help queue, pacing, broadcast."""
     return render_page(
         ctx, "instructor_dashboard.html", dashboard_context(request, ctx, session, me, event_id)
     )
@@ -321,10 +333,10 @@ def attendee_context(
         }
         for lab_id in event_labs(ctx, event)
     ]
-    env = env_admin.env_detail(get_row(session, attendee))
+    env = EnvironmentPublic.of(get_row(session, attendee)).model_dump(exclude_none=True)
     return {
         **base,
-        "ev": event_admin.event_public(event),
+        "ev": EventPublic.of(event).model_dump(),
         "attendee": {"id": attendee.id, "name": attendee.name},
         "env": env,
         "labs": labs,
@@ -342,5 +354,6 @@ def attendee_context(
 def attendee_page(
     event_id: int, attendee_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
 ) -> HTMLResponse:
+    """One attendee: environment, runs, read-only terminal view."""
     context = attendee_context(request, ctx, session, me, event_id, attendee_id)
     return render_page(ctx, "instructor_attendee.html", context)

@@ -22,13 +22,22 @@ from typing import Any
 
 from sqlmodel import Session
 
-from labserver.live import LiveEvent, Subscription
+from labserver.live import Kind, LiveEvent, Subscription
 from labserver.models import CheckRun, Event
 from labserver.services import room
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs
 
-PASS_THROUGH = {"announcement", "pace", "event.status", "solution.revealed", "lab.reset", "resync"}
+PASS_THROUGH = {
+    Kind.announcement,
+    Kind.pace,
+    Kind.event_status,
+    Kind.solution_revealed,
+    Kind.lab_reset,
+    Kind.resync,
+}
+#: the names of this stream's own SSE events (besides ``ready`` and the pass-through kinds)
+GRID_EVENTS = ("cell", "run", "env", "help")
 
 
 def _columns(ctx: AppContext, event: Event) -> dict[tuple[str, str], int]:
@@ -39,28 +48,28 @@ def _columns(ctx: AppContext, event: Event) -> dict[tuple[str, str], int]:
 def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[str, Any]] | None:
     """(sse event name, payload) for one live event, or None when the grid page does not care."""
     data = ev.data
-    if ev.kind in ("check.finished", "step.opened") and ev.attendee_id is not None:
+    if ev.kind in (Kind.check_finished, Kind.step_opened) and ev.attendee_id is not None:
         key = (str(data.get("lab")), str(data.get("step")))
         with Session(ctx.engine, expire_on_commit=False) as session:
             facts = room.load_facts(ctx, session, event, attendee_id=ev.attendee_id)
             cells = room.attendee_cells(facts, ev.attendee_id, [key])
             at = None
-            if ev.kind == "check.finished" and data.get("run_id"):
+            if ev.kind == Kind.check_finished and data.get("run_id"):
                 run = session.get(CheckRun, data["run_id"])
                 if run is not None and run.finished_at is not None:
                     at = room.aware(run.finished_at).timestamp()
         if not cells:
             return None
         return "cell", {"cell": cells[0], "run": data.get("run_id"), "at": at, "status": data.get("status")}
-    if ev.kind == "check.started" and ev.attendee_id is not None:
+    if ev.kind == Kind.check_started and ev.attendee_id is not None:
         column = _columns(ctx, event).get((str(data.get("lab")), str(data.get("step"))))
         return None if column is None else ("run", {"a": ev.attendee_id, "c": column})
-    if ev.kind == "env.state":
+    if ev.kind == Kind.env_state:
         return "env", {"a": ev.attendee_id, "state": data.get("state"), "env_id": data.get("env_id")}
     if ev.kind.startswith("help."):
         return "help", {"kind": ev.kind, "a": ev.attendee_id, **data}
     if ev.kind in PASS_THROUGH:
-        return ev.kind, {"a": ev.attendee_id, **data}
+        return str(ev.kind), {"a": ev.attendee_id, **data}
     return None
 
 

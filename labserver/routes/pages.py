@@ -24,8 +24,8 @@ from sqlmodel import Session
 from labserver import __version__
 from labserver.content import Lab
 from labserver.i18n import LANG_NAMES, LANGS, pick_lang, translations
-from labserver.routes.api import env_public, lab_summary, step_detail
 from labserver.routes.deps import LANG_COOKIE, Ctx, OptionalAttendee, SessionDep
+from labserver.schemas import EnvironmentPublic, LabSummaryPublic, StepPublic
 from labserver.services import environments, progress
 from labserver.services.context import AppContext
 
@@ -106,7 +106,7 @@ def labs_context(request: Request, ctx: AppContext, session: Session, me: Any) -
         prog = progress.lab_progress(session, event=me.event, attendee_id=me.id, lab=lab)
         labs.append(
             {
-                **lab_summary(lab, lang),
+                **LabSummaryPublic.of(lab, lang).model_dump(),
                 "available": True,
                 "passed": prog.passed,
                 "total": len(prog.steps),
@@ -148,15 +148,15 @@ def lab_context(request: Request, ctx: AppContext, session: Session, me: Any, la
     steps = []
     for step in lab.steps:
         sp = by_id[step.id]
-        detail = step_detail(lab, step, lang, sp.locked)
+        detail = StepPublic.of(lab, step, lang, sp.locked).model_dump()
         steps.append(
             {**detail, "status": sp.status, "attempts": sp.attempts, "last_message": sp.last_message}
         )
     current = pick_step(lab, steps, request.query_params.get("step", ""))
-    env = env_public(environments.get_row(session, me.attendee))
+    env = EnvironmentPublic.of(environments.get_row(session, me.attendee)).model_dump(exclude_none=True)
     return {
         **base,
-        "lab": lab_summary(lab, lang),
+        "lab": LabSummaryPublic.of(lab, lang).model_dump(),
         "steps": steps,
         "current": current,
         "passed": prog.passed,
@@ -183,16 +183,19 @@ def to_join(request: Request) -> RedirectResponse:
 
 @router.get("/")
 def index(me: OptionalAttendee) -> RedirectResponse:
+    """Straight to the lab list, or to the join page when not joined yet."""
     return RedirectResponse("/labs" if me else "/join", status_code=303)
 
 
 @router.get("/join")
 def join_page(request: Request, ctx: Ctx, me: OptionalAttendee) -> HTMLResponse:
+    """The join page: event code and name."""
     return render_page(ctx, "join.html", join_context(request, me))
 
 
 @router.get("/labs")
 def labs_page(request: Request, ctx: Ctx, session: SessionDep, me: OptionalAttendee) -> Response:
+    """The lab list with my progress."""
     if me is None:
         return to_join(request)
     return render_page(ctx, "labs.html", labs_context(request, ctx, session, me))
@@ -200,6 +203,7 @@ def labs_page(request: Request, ctx: Ctx, session: SessionDep, me: OptionalAtten
 
 @router.get("/labs/{lab_id}")
 def lab_page(lab_id: str, request: Request, ctx: Ctx, session: SessionDep, me: OptionalAttendee) -> Response:
+    """A lab: steps with Check, hints and history, terminal and editor."""
     if me is None:
         return to_join(request)
     lab = ctx.catalog.get(lab_id)
@@ -221,6 +225,7 @@ def lab_page(lab_id: str, request: Request, ctx: Ctx, session: SessionDep, me: O
 
 @router.get("/lang/{lang}")
 def switch_language(lang: str, request: Request) -> RedirectResponse:
+    """Switch the UI language (cookie) and go back to the page."""
     target = safe_next(request.query_params.get("next", "/"), "/")
     resp = RedirectResponse(target, status_code=303)
     if lang in LANGS:

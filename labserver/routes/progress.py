@@ -8,21 +8,25 @@ take it home again. Both act on the caller's own attendee only.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from labserver import progress_io
 from labserver.routes.deps import Ctx, CurrentAttendee, SessionDep
+from labserver.schemas import ErrorPublic, ImportReportPublic, json_file
+from labserver.services import progress_io
 
 router = APIRouter(prefix="/api/v1/progress", tags=["attendee"])
 
 MAX_IMPORT_BYTES = 200 * 1024 * 1024
 
 
-@router.get("/export")
+@router.get(
+    "/export",
+    response_class=Response,
+    responses=json_file(progress_io.ProgressFile, "The progress file (an attachment)"),
+)
 async def api_export(me: CurrentAttendee, ctx: Ctx, session: SessionDep, files: bool = False) -> Response:
+    """Download my progress (``?files=1``: with the lab files that differ from the starter)."""
     skipped: list[str] = []
     progress = await progress_io.export_progress(
         ctx, session, event=me.event, attendee=me.attendee, with_files=files, skipped_files=skipped
@@ -33,10 +37,15 @@ async def api_export(me: CurrentAttendee, ctx: Ctx, session: SessionDep, files: 
     return Response(progress_io.dump_progress(progress), media_type="application/json", headers=headers)
 
 
-@router.post("/import")
+@router.post(
+    "/import",
+    response_model=ImportReportPublic,
+    responses={400: {"model": ErrorPublic}, 413: {"model": ErrorPublic}},
+)
 async def api_import(
     request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep, files: bool = True
-) -> Any:
+) -> ImportReportPublic | JSONResponse:
+    """Add the passed steps of a progress file (the body) to mine; nothing changes when it is bad."""
     body = await request.body()
     if len(body) > MAX_IMPORT_BYTES:
         raise HTTPException(413, "That progress file is too big to upload here.")
@@ -47,4 +56,4 @@ async def api_import(
     report = await progress_io.import_progress(
         ctx, session, event=me.event, attendee=me.attendee, progress=progress, restore_files=files
     )
-    return report.as_dict()
+    return ImportReportPublic.model_validate(report.as_dict())

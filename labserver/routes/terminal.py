@@ -98,6 +98,7 @@ async def open_session(
 
 @router.websocket("/labs/{lab_id}/terminal")
 async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
+    """My terminal in a lab folder: a shell that survives reconnects (frames: see the module)."""
     ctx: AppContext = ws.app.state.ctx
     token = ws.query_params.get("token") or token_from(ws.headers, ws.cookies)
     with Session(ctx.engine, expire_on_commit=False) as db:

@@ -1,43 +1,41 @@
 """The Check button: run a step's checker against the attendee's environment, commit the result,
-then publish it."""
+then publish it. The request comes from :func:`labserver.checks.request.check_request`; the
+environment row is trusted (:func:`~labserver.services.environments.with_environment`), so a check
+costs one status poll (the backend's own, before it runs the checker), not two."""
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Sequence
 
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from labserver import clock
-from labserver.backends.base import BackendError, CheckRequest
-from labserver.checks import interpret
+from labserver.backends.base import BackendError, CheckRaw, EnvRef
+from labserver.checks.request import check_request
+from labserver.checks.verdict import interpret
 from labserver.content import Lab, Step
+from labserver.live import Kind
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.services.context import AppContext
-from labserver.services.environments import ensure_environment
+from labserver.services.environments import with_environment
 
 
-def run_public(run: CheckRun) -> dict:
-    return {
-        "id": run.id,
-        "lab": run.lab_id,
-        "step": run.step_id,
-        "status": run.status,
-        "message": run.message,
-        "hints": run.hints,
-        "metrics": run.metrics,
-        "log": run.log,
-        "log_truncated": run.log_truncated,
-        "exit_code": run.exit_code,
-        "duration_s": round(run.duration_s, 3),
-        "created_at": run.created_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-    }
+def runs_of(
+    session: Session, *, attendee_id: int, lab_id: str = "", step_id: str = "", limit: int = 50
+) -> Sequence[CheckRun]:
+    """The attendee's check runs, newest first (of one lab and step when given)."""
+    q = select(CheckRun).where(CheckRun.attendee_id == attendee_id)
+    if lab_id:
+        q = q.where(CheckRun.lab_id == lab_id)
+    if step_id:
+        q = q.where(CheckRun.step_id == step_id)
+    return session.exec(q.order_by(col(CheckRun.id).desc()).limit(limit)).all()
 
 
 def publish_finished(ctx: AppContext, run: CheckRun, attendee: Attendee, **extra: object) -> None:
     """Tell the attendee's page and the instructor grid that ``run`` (already committed) finished."""
     ctx.live.publish(
-        "check.finished",
+        Kind.check_finished,
         run.event_id,
         attendee.id,
         run_id=run.id,
@@ -61,31 +59,21 @@ async def run_check(
     lang: str = "en",
 ) -> CheckRun:
     assert event.id is not None and attendee.id is not None
+
+    async def attempt(ref: EnvRef) -> CheckRaw:
+        request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)
+        async with ctx.check_slots:
+            return await ctx.backend.run_check(ref, request)
+
     async with ctx.check_lock(attendee.id):
         run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
         session.add(run)
         session.commit()
         session.refresh(run)
-        ctx.live.publish("check.started", event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
+        ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
         try:
-            ref = await ensure_environment(ctx, session, event=event, attendee=attendee)
-            request = CheckRequest(
-                lab_id=lab.id,
-                step_id=step.id,
-                checker=step.checker,
-                timeout_s=step.spec.timeout_s,
-                log_limit=ctx.settings.checks.log_limit_bytes,
-                env={
-                    "LAB_ID": lab.id,
-                    "LAB_STEP": step.id,
-                    "LAB_STEP_INDEX": str(step.index + 1),
-                    "LAB_DEVICE": ref.device,
-                    "LAB_RUN_ID": uuid.uuid4().hex,
-                    "LAB_LANG": lang,
-                },
-            )
-            async with ctx.check_slots:
-                raw = await ctx.backend.run_check(ref, request)
+            # the row is trusted; the backend polls the engine once before the check (run_check)
+            raw = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
             verdict = interpret(raw, step.spec.timeout_s)
             run.status = verdict.status
             run.message = verdict.message

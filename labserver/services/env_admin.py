@@ -18,7 +18,8 @@ from sqlmodel import Session
 
 from labserver.backends.base import EnvRef, EnvState
 from labserver.content import Lab, Step
-from labserver.models import Attendee, Environment, Event
+from labserver.live import Kind
+from labserver.models import Attendee, Event
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, get_row, ref_of, set_state
 
@@ -72,23 +73,6 @@ async def reveal(
         await ctx.backend.write_file(ref, target, (lab.solution / rel).read_bytes())
         written.append(target)
     ctx.live.publish(
-        "solution.revealed", event.id or 0, attendee.id, lab=lab.id, step=step.id, files=written, by=by
+        Kind.solution_revealed, event.id or 0, attendee.id, lab=lab.id, step=step.id, files=written, by=by
     )
     return written
-
-
-def env_detail(row: Environment | None) -> dict[str, object]:
-    if row is None:
-        return {"state": "none"}
-    device = row.device or ""
-    return {
-        "id": row.id,
-        "state": row.state,
-        "message": row.message,
-        "reason": row.reason,
-        "backend": row.backend,
-        "node": row.node,
-        "device": device,
-        "emulated": device in ("", "cpu", "cpu-emu"),
-        "updated_at": row.updated_at.isoformat(),
-    }

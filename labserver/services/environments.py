@@ -1,24 +1,43 @@
 """One environment per attendee per event: provisioning, state changes (stored, then published),
-reset of a lab folder, and reconciliation after a server restart."""
+reset of a lab folder, and reconciliation after a server restart.
+
+- :func:`set_state` is the only writer of ``Environment.state``; it refuses a change
+  :data:`~labserver.backends.base.TRANSITIONS` does not allow, commits, then publishes ``env.state``.
+- :func:`start_environment` provisions now (polling the engine first); the seam the join flow will
+  call in the background. :func:`ensure_environment` is the same with an option to trust the row.
+- :func:`with_environment` runs one backend operation on the attendee's environment trusting a
+  ``ready`` row (no engine round trip); only when the backend answers :class:`EnvironmentGone` does
+  it ask the engine, provision again and retry once. File operations and checks go through it.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from sqlmodel import Session, select
 
 from labserver import clock
 from labserver.backends.base import (
     BackendError,
+    EnvironmentGone,
     EnvRef,
     EnvSpec,
     EnvState,
     LabSeed,
+    check_transition,
+    transition_allowed,
 )
+from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
 from labserver.services.context import AppContext
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: row states in which the environment is running and usable (a lab reset keeps the rest usable)
+USABLE = (EnvState.ready, EnvState.resetting)
 
 
 def env_id_for(event_id: int, attendee_id: int) -> str:
@@ -63,6 +82,9 @@ def set_state(
     message: str = "",
     reason: str = "",
 ) -> None:
+    """Store ``state`` on the row (refusing a transition :data:`TRANSITIONS` does not allow with
+    :class:`~labserver.backends.base.TransitionRefused`), commit, then publish ``env.state``."""
+    check_transition(row.id, row.state, state)
     row.state = state
     row.message = message
     row.reason = reason
@@ -70,7 +92,7 @@ def set_state(
     session.add(row)
     session.commit()
     ctx.live.publish(
-        "env.state",
+        Kind.env_state,
         row.event_id,
         row.attendee_id,
         env_id=row.id,
@@ -91,20 +113,61 @@ def ref_of(row: Environment | None) -> EnvRef | None:
 
 
 async def ensure_environment(
-    ctx: AppContext, session: Session, *, event: Event, attendee: Attendee
+    ctx: AppContext, session: Session, *, event: Event, attendee: Attendee, trust_ready: bool = False
 ) -> EnvRef:
-    """The attendee's environment, created if needed. Raises :class:`BackendError` with a message for
-    people when it cannot be provided."""
+    """The attendee's environment, created or started if needed. With ``trust_ready`` a row stored
+    ``ready`` (or ``resetting``) is believed without asking the engine; else its status is polled
+    first. Raises :class:`BackendError` with a message for people when it cannot be provided."""
+    ref, _fresh = await _ensure(ctx, session, event=event, attendee=attendee, trust_ready=trust_ready)
+    return ref
+
+
+async def start_environment(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
+    """Provision the attendee's environment now and return it once ready (states and progress are
+    published as it goes). ``POST /api/v1/environment`` calls it; joining will call it in the
+    background (queueing and progress belong to the burst issue)."""
+    return await ensure_environment(ctx, session, event=event, attendee=attendee)
+
+
+async def with_environment(
+    ctx: AppContext,
+    session: Session,
+    *,
+    event: Event,
+    attendee: Attendee,
+    action: Callable[[EnvRef], Awaitable[T]],
+) -> T:
+    """``action(ref)`` on the attendee's environment, trusting a ``ready`` row. When the backend
+    raises :class:`EnvironmentGone`, the engine is asked (``status``); if that made or started the
+    environment again, ``action`` is retried once, else the error stands."""
+    ref, _ = await _ensure(ctx, session, event=event, attendee=attendee, trust_ready=True)
+    try:
+        return await action(ref)
+    except EnvironmentGone:
+        ref, fresh = await _ensure(ctx, session, event=event, attendee=attendee, trust_ready=False)
+        if not fresh:
+            raise
+    return await action(ref)
+
+
+async def _ensure(
+    ctx: AppContext, session: Session, *, event: Event, attendee: Attendee, trust_ready: bool
+) -> tuple[EnvRef, bool]:
+    """(ref, whether it was provisioned just now)."""
     spec = spec_for(ctx, event, attendee)
     async with ctx.env_lock(spec.env_id):
         row = session.get(Environment, spec.env_id)
         if row is not None:
             session.refresh(row)
         ref = ref_of(row)
-        if row is not None and ref is not None and row.state == EnvState.ready:
+        if row is not None and ref is not None and row.state in USABLE:
+            if trust_ready:
+                return ref, False
             status = await ctx.backend.status(ref)
             if status.state == EnvState.ready:
-                return ref
+                return ref, False
+            if not transition_allowed(row.state, EnvState.provisioning):  # died during a lab reset
+                set_state(ctx, session, row, EnvState.stopped, message=status.message)
         if row is None:
             row = Environment(
                 id=spec.env_id, event_id=spec.event_id, attendee_id=spec.attendee_id, backend=ctx.backend.name
@@ -115,7 +178,7 @@ async def ensure_environment(
 
         async def progress(phase: str, message: str) -> None:
             ctx.live.publish(
-                "env.progress",
+                Kind.env_progress,
                 spec.event_id,
                 spec.attendee_id,
                 env_id=spec.env_id,
@@ -133,7 +196,7 @@ async def ensure_environment(
         row.node = ref.node
         row.device = ref.device
         set_state(ctx, session, row, EnvState.ready)
-        return ref
+        return ref, True
 
 
 async def reset_lab(
@@ -153,8 +216,10 @@ async def reset_lab(
             ref, LabSeed(lab.id, lab.starter), clock.now().strftime("%Y%m%d-%H%M%S")
         )
     finally:
-        set_state(ctx, session, row, EnvState.ready)
-    ctx.live.publish("lab.reset", event.id or 0, attendee.id, lab=lab_id, backup=backup)
+        session.refresh(row)
+        if row.state == EnvState.resetting:  # not if a restart or the culler moved it on meanwhile
+            set_state(ctx, session, row, EnvState.ready)
+    ctx.live.publish(Kind.lab_reset, event.id or 0, attendee.id, lab=lab_id, backup=backup)
     return backup
 
 
@@ -173,8 +238,15 @@ async def reconcile(ctx: AppContext, session: Session) -> list[EnvRef]:
                 )
             continue
         status = await ctx.backend.status(ref)
-        if status.state != row.state:
-            set_state(ctx, session, row, status.state, message=status.message)
+        if status.state == row.state:
+            continue
+        if not transition_allowed(row.state, status.state):
+            # e.g. stored stopped, found running: the server takes it into service again
+            if not transition_allowed(row.state, EnvState.provisioning):
+                log.error("environment %s: cannot go from %s to %s", row.id, row.state, status.state)
+                continue
+            set_state(ctx, session, row, EnvState.provisioning, message="Found after a restart")
+        set_state(ctx, session, row, status.state, message=status.message)
     found = await ctx.backend.discover()
     orphans = [ref for ref in found if ref.env_id not in known]
     for ref in orphans:

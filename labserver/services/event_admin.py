@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from labserver.live import Kind
 from labserver.models import Announcement, Attendee, Event, EventStatus
+from labserver.schemas import AnnouncementPublic, EventPublic
 from labserver.services.context import AppContext
 from labserver.services.events import create_event, normalize_code
 
@@ -126,36 +128,22 @@ def set_status(ctx: AppContext, session: Session, event: Event, status: str) -> 
     session.add(event)
     session.commit()
     session.refresh(event)
-    ctx.live.publish("event.status", event.id or 0, None, status=status)
+    ctx.live.publish(Kind.event_status, event.id or 0, None, status=status)
     return event
 
 
-def event_public(event: Event, attendees: int = 0) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "code": event.code,
-        "title": event.title,
-        "labs": event.labs,
-        "status": event.status,
-        "capacity": event.capacity,
-        "starts_at": event.starts_at.isoformat() if event.starts_at else None,
-        "ends_at": event.ends_at.isoformat() if event.ends_at else None,
-        "backend": event.backend,
-        "image": event.image,
-        "pace": event.pace,
-        "selfpaced": event.selfpaced,
-        "attendees": attendees,
-    }
+def attendee_count(session: Session, event_id: int) -> int:
+    return int(session.exec(select(func.count()).where(Attendee.event_id == event_id)).one())
 
 
-def list_events(session: Session, *, include_archived: bool = True) -> list[dict[str, Any]]:
+def list_events(session: Session, *, include_archived: bool = True) -> list[EventPublic]:
     counts = dict(
         session.exec(select(Attendee.event_id, func.count()).group_by(col(Attendee.event_id))).all()  # type: ignore[arg-type]
     )
     q = select(Event).where(Event.selfpaced == False).order_by(col(Event.id).desc())  # noqa: E712
     if not include_archived:
         q = q.where(Event.status != EventStatus.archived)
-    return [event_public(e, counts.get(e.id or 0, 0)) for e in session.exec(q).all()]
+    return [EventPublic.of(e, counts.get(e.id or 0, 0)) for e in session.exec(q).all()]
 
 
 # -- announcements ----------------------------------------------------------------------------------
@@ -169,7 +157,7 @@ def broadcast(ctx: AppContext, session: Session, *, event: Event, message: str, 
     session.commit()
     session.refresh(row)
     ctx.live.publish(
-        "announcement",
+        Kind.announcement,
         event.id or 0,
         None,
         id=row.id,
@@ -180,14 +168,12 @@ def broadcast(ctx: AppContext, session: Session, *, event: Event, message: str, 
     return row
 
 
-def announcements(session: Session, *, event_id: int, limit: int = 50) -> list[dict[str, Any]]:
+def announcements(session: Session, *, event_id: int, limit: int = 50) -> list[AnnouncementPublic]:
+    """The event's last ``limit`` announcements, newest first."""
     rows = session.exec(
         select(Announcement)
         .where(Announcement.event_id == event_id)
         .order_by(col(Announcement.id).desc())
         .limit(limit)
     ).all()
-    return [
-        {"id": a.id, "message": a.message, "author": a.author, "created_at": a.created_at.isoformat()}
-        for a in rows
-    ]
+    return [AnnouncementPublic.of(a) for a in rows]

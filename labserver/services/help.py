@@ -1,17 +1,20 @@
-"""The raised-hands queue. Attendees raise (``POST /api/v1/help``, attendee API); instructors claim and
-resolve here. Each change is committed, then published with the attendee's id, so the attendee's own
-stream sees ``help.claimed`` ("someone is coming", with ``by``) and ``help.resolved``, and every
-instructor stream sees them too."""
+"""The raised-hands queue, and every query on it. Attendees raise, look at and cancel their hand
+(``/api/v1/help``); instructors claim and resolve. Each change is committed, then published with the
+attendee's id, so the attendee's own stream sees ``help.claimed`` ("someone is coming", with ``by``)
+and ``help.resolved``, and every instructor stream sees ``help.*`` too. Routes never query
+``HelpRequest`` themselves."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Sequence
 
 from sqlmodel import Session, col, select
 
 from labserver import clock
+from labserver.live import Kind
 from labserver.models import Attendee, HelpRequest, HelpState
+from labserver.schemas import HelpQueueItem
 from labserver.services.context import AppContext
 
 ACTIVE = (HelpState.open, HelpState.claimed)
@@ -21,11 +24,68 @@ class HelpError(Exception):
     pass
 
 
-def _aware(t: dt.datetime) -> dt.datetime:
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+def _active(attendee_id: int):  # type: ignore[no-untyped-def]
+    return select(HelpRequest).where(
+        HelpRequest.attendee_id == attendee_id, col(HelpRequest.state).in_(ACTIVE)
+    )
 
 
-def queue(session: Session, *, event_id: int, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+def active_of(session: Session, *, attendee_id: int) -> HelpRequest | None:
+    """The attendee's open or claimed request (the newest), or None."""
+    return session.exec(_active(attendee_id).order_by(col(HelpRequest.id).desc())).first()
+
+
+def of_attendee(session: Session, *, attendee_id: int) -> Sequence[HelpRequest]:
+    """Every request the attendee ever made, newest first (the instructor's drill-down)."""
+    return session.exec(
+        select(HelpRequest).where(HelpRequest.attendee_id == attendee_id).order_by(col(HelpRequest.id).desc())
+    ).all()
+
+
+def raise_hand(
+    ctx: AppContext, session: Session, *, attendee: Attendee, lab: str, step: str, note: str
+) -> HelpRequest:
+    """Raise the attendee's hand (or update the one already raised: one per attendee), then publish
+    ``help.raised``."""
+    assert attendee.id is not None
+    h = session.exec(_active(attendee.id)).first()
+    if h is None:
+        h = HelpRequest(
+            event_id=attendee.event_id, attendee_id=attendee.id, lab_id=lab, step_id=step, note=note
+        )
+    else:
+        h.note, h.lab_id, h.step_id = note or h.note, lab, step
+    session.add(h)
+    session.commit()
+    session.refresh(h)
+    ctx.live.publish(
+        Kind.help_raised,
+        attendee.event_id,
+        attendee.id,
+        help_id=h.id,
+        name=attendee.name,
+        lab=lab,
+        step=step,
+        note=note,
+    )
+    return h
+
+
+def cancel(ctx: AppContext, session: Session, *, attendee: Attendee) -> int:
+    """Cancel the attendee's open requests; commit, then publish ``help.cancelled`` for each.
+    Returns how many."""
+    assert attendee.id is not None
+    rows = list(session.exec(_active(attendee.id)).all())
+    for h in rows:
+        h.state = HelpState.cancelled
+        session.add(h)
+    session.commit()
+    for h in rows:
+        ctx.live.publish(Kind.help_cancelled, attendee.event_id, attendee.id, help_id=h.id)
+    return len(rows)
+
+
+def queue(session: Session, *, event_id: int, now: dt.datetime | None = None) -> list[HelpQueueItem]:
     """Open and claimed requests of the event, oldest first, with the waiting time in seconds."""
     now = now or clock.now()
     rows = session.exec(
@@ -34,21 +94,7 @@ def queue(session: Session, *, event_id: int, now: dt.datetime | None = None) ->
         .where(HelpRequest.event_id == event_id, col(HelpRequest.state).in_(ACTIVE))
         .order_by(col(HelpRequest.created_at), col(HelpRequest.id))
     ).all()
-    return [
-        {
-            "id": h.id,
-            "attendee_id": h.attendee_id,
-            "name": name,
-            "lab": h.lab_id,
-            "step": h.step_id,
-            "note": h.note,
-            "state": h.state,
-            "claimed_by": h.claimed_by,
-            "created_at": _aware(h.created_at).isoformat(),
-            "waiting_s": round(max(0.0, (now - _aware(h.created_at)).total_seconds())),
-        }
-        for h, name in rows
-    ]
+    return [HelpQueueItem.queued(h, name, now) for h, name in rows]
 
 
 def _get(session: Session, event_id: int, help_id: int) -> HelpRequest:
@@ -69,7 +115,7 @@ def claim(ctx: AppContext, session: Session, *, event_id: int, help_id: int, by:
     session.add(h)
     session.commit()
     session.refresh(h)
-    ctx.live.publish("help.claimed", event_id, h.attendee_id, help_id=h.id, by=by)
+    ctx.live.publish(Kind.help_claimed, event_id, h.attendee_id, help_id=h.id, by=by)
     return h
 
 
@@ -83,5 +129,5 @@ def resolve(ctx: AppContext, session: Session, *, event_id: int, help_id: int, b
     session.add(h)
     session.commit()
     session.refresh(h)
-    ctx.live.publish("help.resolved", event_id, h.attendee_id, help_id=h.id, by=by)
+    ctx.live.publish(Kind.help_resolved, event_id, h.attendee_id, help_id=h.id, by=by)
     return h

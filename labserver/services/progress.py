@@ -10,7 +10,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from labserver.content import Lab
+from labserver.live import Kind
 from labserver.models import CheckRun, CheckStatus, Event, StepStart
+from labserver.services.context import AppContext
 
 
 @dataclass
@@ -96,3 +98,11 @@ def mark_step_started(session: Session, *, attendee_id: int, lab_id: str, step_i
         session.commit()
     except IntegrityError:  # two tabs at once
         session.rollback()
+
+
+def open_step(
+    ctx: AppContext, session: Session, *, event_id: int, attendee_id: int, lab_id: str, step_id: str
+) -> None:
+    """The attendee opened a step: store the first time (committed), then publish ``step.opened``."""
+    mark_step_started(session, attendee_id=attendee_id, lab_id=lab_id, step_id=step_id)
+    ctx.live.publish(Kind.step_opened, event_id, attendee_id, lab=lab_id, step=step_id)

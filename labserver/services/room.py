@@ -26,6 +26,7 @@ from sqlmodel import Session, col, select
 
 from labserver import clock
 from labserver.content import Lab
+from labserver.live import Kind
 from labserver.models import Attendee, CheckRun, Environment, Event, StepStart
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs
@@ -355,6 +356,6 @@ def set_pace(ctx: AppContext, session: Session, *, event: Event, lab: Lab, unloc
     session.commit()
     session.refresh(event)
     ctx.live.publish(
-        "pace", event.id or 0, None, lab=lab.id, unlocked=unlocked_steps(event, lab), total=len(lab.steps)
+        Kind.pace, event.id or 0, None, lab=lab.id, unlocked=unlocked_steps(event, lab), total=len(lab.steps)
     )
     return event

@@ -2,7 +2,7 @@
 # Everything the Docker tests need on a fresh Debian 12 machine (root), for .ci/run:
 #   bash provisioning/images/ci-setup.sh [PYTHON]
 # - apt: docker.io (engine, Debian's client at /usr/bin/docker), mmdebstrap (base images),
-#   docker-compose (tests/docker/test_compose.py), iproute2 (the second engine's bridge)
+#   docker-compose (tests/backends/docker/test_compose.py), iproute2 (the second engine's bridge)
 # - starts dockerd in the background unless an engine already answers
 # - builds the lab image and the compose service images (cached by content hash: a no-op when
 #   nothing changed, about 0.1 s each)

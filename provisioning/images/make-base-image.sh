@@ -16,7 +16,7 @@ set -euo pipefail
 TAG="${1:-labserver/base:bookworm}"
 DOCKER="${DOCKER:-/usr/bin/docker}"
 SUITE="${SUITE:-bookworm}"
-# the tag labserver/images.py uses carries a hash of this list: change it and a new base is built
+# the tag labserver/backends/docker/images.py uses carries a hash of this list: change it and a new base is built
 # (git and patch: labs apply patches, e.g. sanavideo's one-click deployment)
 PACKAGES="python3,python3-venv,bash,procps,less,nano,ca-certificates,git,patch${EXTRA_PACKAGES:+,$EXTRA_PACKAGES}"
 

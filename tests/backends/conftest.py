@@ -12,7 +12,7 @@ import pytest
 from labserver.backends.base import Backend
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
-from tests.docker.factory import docker_factory
+from tests.backends.docker.factory import docker_factory
 
 
 def local_factory(settings: Settings, tmp_path: Path) -> Backend:

@@ -18,9 +18,12 @@ from labserver.backends.base import (
     EnvState,
     LabSeed,
     PathRefused,
+    Stoppable,
     Terminal,
+    TransitionRefused,
+    check_transition,
 )
-from labserver.checks import interpret
+from labserver.checks.verdict import interpret
 from labserver.models import CheckStatus
 
 
@@ -300,3 +303,35 @@ def test_concurrent_writes_of_one_file_all_succeed(backend: Backend, tmp_path: P
         await backend.destroy(ref)
 
     run(go())
+
+
+def test_states_follow_the_allowed_transitions(backend: Backend, tmp_path: Path) -> None:
+    """The states a backend reports through a whole lifecycle (create, poll, stop when it can,
+    create again, destroy, poll) are each an allowed step from the one before, as the server stores
+    them (``set_state`` -> ``check_transition``); and a step TRANSITIONS forbids is refused."""
+    env_id = "ev1-at3"
+    seen = [EnvState.pending]
+
+    def store(state: EnvState) -> None:
+        check_transition(env_id, seen[-1], state)  # raises TransitionRefused when not allowed
+        seen.append(state)
+
+    async def go() -> None:
+        store(EnvState.provisioning)
+        ref = await backend.create(spec_for(tmp_path, env_id))
+        store(EnvState.ready)
+        store((await backend.status(ref)).state)
+        if isinstance(backend, Stoppable):
+            await backend.stop(ref)
+            store((await backend.status(ref)).state)
+            store(EnvState.provisioning)
+            ref = await backend.create(spec_for(tmp_path, env_id))
+            store(EnvState.ready)
+            assert await backend.read_file(ref, "demo/hello.py")
+        await backend.destroy(ref)
+        store((await backend.status(ref)).state)
+
+    run(go())
+    assert seen[-1] in (EnvState.stopped, EnvState.failed), seen
+    with pytest.raises(TransitionRefused, match="ready -> pending"):
+        check_transition(env_id, EnvState.ready, EnvState.pending)

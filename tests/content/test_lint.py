@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from labserver.app import create_app
-from labserver.cli import app as cli
+from labserver.cli.main import app as cli
 from labserver.config import Settings
 from labserver.content.lint import lint_lab
 from labserver.content.markdown import render

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from labserver.checks.selftest import selftest
 from labserver.content import Lab, load_lab
 from labserver.content.lint import lint_lab
-from labserver.content.selftest import selftest
 from tests.conftest import REPO
 
 LAB_DIRS = sorted(p for p in (REPO / "labs").iterdir() if (p / "lab.yaml").exists())

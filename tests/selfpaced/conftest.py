@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from labserver.config import Settings
-from labserver.selfpaced import create_selfpaced_app, selfpaced_settings
+from labserver.selfpaced.learner import selfpaced_settings
+from labserver.selfpaced.server import create_selfpaced_app
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = "Hello, Ascend!\n你好，昇腾！\n".encode()

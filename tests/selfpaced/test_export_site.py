@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from labserver.content import LabCatalog
-from labserver.site_export import export_site
+from labserver.content.site_export import export_site
 from tests.selfpaced.conftest import REPO
 
 

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from labserver import progress_io
 from labserver.models import CheckRun
-from labserver.selfpaced import create_selfpaced_app
+from labserver.selfpaced.server import create_selfpaced_app
+from labserver.services import progress_io
 from tests.conftest import join
 from tests.selfpaced.conftest import HELLO, fail_find_device, make_settings, pass_write_file
 

@@ -19,14 +19,8 @@ from sqlmodel import Session, select
 
 from labserver.app import create_app
 from labserver.models import Attendee, CheckRun, Event
-from labserver.selfpaced import (
-    STATE_FILE,
-    create_selfpaced_app,
-    ensure_learner,
-    learner_for_folder,
-    read_learner,
-    request_is_local,
-)
+from labserver.selfpaced.learner import STATE_FILE, ensure_learner, learner_for_folder, read_learner
+from labserver.selfpaced.server import create_selfpaced_app, request_is_local
 from tests.selfpaced.conftest import HELLO, REPO, make_settings
 
 LABSERVER = [sys.executable, "-m", "labserver.cli"]

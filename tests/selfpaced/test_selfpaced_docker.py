@@ -9,11 +9,11 @@ import base64
 import pytest
 from fastapi.testclient import TestClient
 
-from labserver import images
+from labserver.backends.docker import images
 from labserver.config import DockerSettings
-from labserver.selfpaced import create_selfpaced_app
+from labserver.selfpaced.server import create_selfpaced_app
 from labserver.services import environments
-from tests.docker.conftest import engine_or_fail
+from tests.backends.docker.conftest import engine_or_fail
 from tests.selfpaced.conftest import HELLO, fail_find_device, make_settings, pass_write_file
 
 pytestmark = pytest.mark.docker

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from labserver.packaging import build
+from labserver.selfpaced.packaging import build
 
 pytestmark = pytest.mark.slow
 

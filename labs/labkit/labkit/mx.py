@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit import emu
+
 __all__ = [
     "BLOCK_SIZE",
     "E2M1_VALUES",
@@ -270,6 +272,5 @@ def mx_linear(
 
 
 def _account(op: str, flops: float, nbytes: float, dtype: str) -> None:
-    from labkit.npu._common import account
-
-    account(op, flops=flops, bytes=nbytes, dtype=dtype)
+    # the emulated device's public entry point (labkit.npu charges its fused ops the same way)
+    emu.account(op, flops=float(flops), bytes=float(nbytes), launches=1, fused=True, dtype=dtype)

@@ -13,7 +13,6 @@ synchronize; op counts, FLOPs, bytes and memory accounting work the same way.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -69,11 +68,9 @@ class NpuMeasurer:
 
 def _default_measurer() -> Measurer | None:
     """A measurer when labkit.device reports a real NPU, else None (emulate)."""
-    try:  # read lazily: labkit.device imports torch_npu
-        _device = importlib.import_module("labkit.device")
-    except ImportError:
-        return None
-    info = _device.get_device()
+    from labkit import device  # lazily: labkit.device probes torch_npu
+
+    info = device.get_device()
     if getattr(info, "kind", "cpu-emu") == "npu":
         return NpuMeasurer(info.torch_device)
     return None
@@ -91,7 +88,9 @@ class EmuSession:
         measurer: Measurer | None | bool = True,
     ):
         if profile is None:  # the profile labkit.device picked (LABKIT_PROFILE or the NPU's)
-            profile = importlib.import_module("labkit.device").get_device().profile
+            from labkit import device  # lazily, as above
+
+            profile = device.get_device().profile
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self.scale = DEFAULT_SCALE if scale is None else float(scale)
         if self.scale <= 0:

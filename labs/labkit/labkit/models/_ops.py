@@ -8,7 +8,6 @@ autograd always sees ordinary torch ops.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -27,10 +26,9 @@ def _npu() -> ModuleType | None:
         return None
     if not _state["probed"]:
         _state["probed"] = True
-        try:
-            _state["npu"] = importlib.import_module("labkit.npu")
-        except ImportError:
-            _state["npu"] = None
+        import labkit.npu
+
+        _state["npu"] = labkit.npu
     return _state["npu"]  # type: ignore[no-any-return]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,9 @@ def on_npu(*tensors: Any) -> bool:
 
 
 def torch_npu() -> Any:
-    return importlib.import_module("torch_npu")
+    import torch_npu  # type: ignore[import-not-found]  # only on an Ascend machine
+
+    return torch_npu
 
 
 def account(
@@ -33,9 +34,10 @@ def account(
     ``labkit.emu`` or its ``account`` is missing, or when no emulation session is active)."""
     if not _emu_account:
         try:
-            fn = getattr(importlib.import_module("labkit.emu"), "account", None)
-        except ImportError:
-            fn = None
+            import labkit.emu as emu
+        except ImportError:  # labkit.npu also works without the emulator
+            emu = None  # type: ignore[assignment]
+        fn = getattr(emu, "account", None)
         _emu_account.append(fn)
     fn = _emu_account[0]
     if fn is not None:

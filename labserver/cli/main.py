@@ -1,0 +1,190 @@
+"""The ``labserver`` command (typer): ``serve``, ``lint``, ``selftest``, ``check``, ``db``, and the
+groups mounted below from their own modules (``images``, ``env``, the self-paced commands). Every
+sub-command module is imported here by name: a broken import fails the start loudly."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from labserver.cli import env as env_cli
+from labserver.cli import images as images_cli
+from labserver.cli import selfpaced as selfpaced_cli
+from labserver.config import Settings
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="labserver: hands-on NPU inference workshops"
+)
+db_app = typer.Typer(no_args_is_help=True, help="Database maintenance")
+app.add_typer(db_app, name="db")
+app.add_typer(images_cli.app, name="images")
+app.add_typer(env_cli.app, name="env")
+
+
+def _settings(**overrides: object) -> Settings:
+    settings = Settings()
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(settings, key, value)
+    return settings
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port")] = 8000,
+) -> None:
+    """Start the server. On first start it opens a default event and prints its join code and the
+    instructor token."""
+    import uvicorn
+    from sqlmodel import Session
+
+    from labserver.app import create_app
+    from labserver.services.events import ensure_default_event
+
+    settings = Settings()
+    token_generated = False
+    if not settings.instructor_token:
+        token_file = settings.data_dir / "instructor_token"
+        if token_file.exists():
+            settings.instructor_token = token_file.read_text().strip()
+        else:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            settings.instructor_token = secrets.token_urlsafe(18)
+            token_file.write_text(settings.instructor_token)
+            token_file.chmod(0o600)
+            token_generated = True
+    application = create_app(settings)
+    ctx = application.state.ctx
+    with Session(ctx.engine) as session:
+        # broken labs are listed too: they show as unavailable now and work once fixed
+        labs = list(ctx.catalog.labs) + sorted(ctx.catalog.broken)
+        event, created = ensure_default_event(
+            session, title=settings.default_event_title, labs=labs, code=settings.default_event_code
+        )
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    typer.echo("")
+    typer.echo(f"  labserver is starting on {url}")
+    typer.echo(f"  event     : {event.title} ({'created' if created else 'existing'})")
+    typer.echo(f"  join code : {event.code}")
+    typer.echo(
+        f"  instructor: {url}/instructor  token: {settings.instructor_token}"
+        + ("  (generated, saved in DATA_DIR/instructor_token)" if token_generated else "")
+    )
+    typer.echo(f"  labs      : {', '.join(ctx.catalog.labs) or '(none)'}")
+    for broken in ctx.catalog.broken.values():
+        typer.echo(
+            f"  UNAVAILABLE lab {broken.id}: {broken.problems[0] if broken.problems else ''}", err=True
+        )
+    typer.echo("")
+    uvicorn.run(application, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+
+
+@app.command()
+def lint(
+    labs: Annotated[list[str] | None, typer.Argument(help="Lab ids or folders (default: all)")] = None,
+    strict: Annotated[bool, typer.Option(help="Treat warnings as errors")] = False,
+) -> None:
+    """Check lab folders: every problem with its file and field."""
+    from labserver.content.lint import lint_all, lint_lab
+
+    settings = Settings()
+    if labs:
+        results = {}
+        for name in labs:
+            path = Path(name) if Path(name).is_dir() else settings.labs_dir / name
+            if not (path / "lab.yaml").exists() and not path.is_dir():
+                typer.echo(f"error: no lab folder {name!r} (looked in {settings.labs_dir})", err=True)
+                raise typer.Exit(2)
+            results[path.name] = lint_lab(path)
+    else:
+        results = lint_all(settings.labs_dir)
+    errors = warnings = 0
+    for lab_id, problems in results.items():
+        if not problems:
+            typer.echo(f"ok      {lab_id}")
+        for problem in problems:
+            typer.echo(str(problem))
+            errors += problem.level == "error"
+            warnings += problem.level == "warning"
+    typer.echo(f"{len(results)} labs, {errors} errors, {warnings} warnings")
+    if errors or (strict and warnings):
+        raise typer.Exit(1)
+
+
+@app.command()
+def selftest(
+    lab: Annotated[str, typer.Argument(help="Lab id or folder")],
+    solution: Annotated[Path | None, typer.Option(help="Use this solution folder instead")] = None,
+) -> None:
+    """Starter must fail and solution must pass, step by step, on a throwaway local environment."""
+    from labserver.checks.selftest import selftest as run
+    from labserver.content import Lab, load_lab
+
+    settings = Settings()
+    path = Path(lab) if Path(lab).is_dir() else settings.labs_dir / lab
+    loaded = load_lab(path)
+    if not isinstance(loaded, Lab):
+        for problem in loaded.problems:
+            typer.echo(str(problem), err=True)
+        raise typer.Exit(2)
+
+    def show(result):  # type: ignore[no-untyped-def]
+        mark = typer.style("ok  ", fg="green") if result.ok else typer.style("FAIL", fg="red")
+        first = result.verdict.message.splitlines()[0][:110] if result.verdict.message else ""
+        typer.echo(
+            f"{mark} {result.phase:8} {result.step:24} expected {result.expected:6} got "
+            f"{result.verdict.status:7} {first}"
+        )
+        if not result.ok and result.log:
+            typer.echo("       " + result.log[-1500:].replace("\n", "\n       "))
+
+    report = run(loaded, settings=settings, solution=solution, on_result=show)
+    if report.ok:
+        typer.echo(f"selftest {loaded.id}: all {len(report.results)} checks behaved")
+    else:
+        names = ", ".join(sorted({f"{r.phase}/{r.step}" for r in report.failures()}))
+        typer.echo(f"selftest {loaded.id}: FAILED at {names}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def check(
+    lab: str,
+    step: str,
+    lab_dir: Annotated[Path | None, typer.Option(help="The lab folder (default: found from here)")] = None,
+) -> None:
+    """Run one step's check from a terminal, with the output the web page shows."""
+    from labserver.cli.check import run_cli_check
+
+    raise typer.Exit(run_cli_check(Settings(), lab, step, lab_dir))
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply database migrations (also done at every start)."""
+    from labserver import db
+
+    settings = Settings()
+    db.upgrade(db.make_engine(settings.sqlalchemy_url), revision)
+    typer.echo(f"database at {settings.sqlalchemy_url.split('@')[-1]} is at {revision}")
+
+
+selfpaced_cli.register(app)  # selfpaced, labs, progress, export-site (listed after the commands above)
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

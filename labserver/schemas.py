@@ -1,0 +1,492 @@
+"""Public response models of the JSON API (``response_model=`` on every route), so the served OpenAPI
+(``/api/v1/openapi.json``) describes every answer.
+
+One model per thing the API hands out, built by one function from the row or the service result
+(``EnvironmentPublic.of(row)``, ``CheckRunPublic.of(run)``, ...): a handler never builds a response
+dict by hand, and one environment row has one serializer for attendees and instructors alike.
+Field names are the wire names the pages' JavaScript reads; they may grow, never silently change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from labserver.content import Lab, Step
+from labserver.content.markdown import render
+from labserver.i18n import gettext
+from labserver.models import Announcement, Attendee, CheckRun, Environment, Event, HelpRequest
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+def _iso(t: dt.datetime | None) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def _aware_iso(t: dt.datetime) -> str:
+    return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).isoformat()
+
+
+# -- generic ----------------------------------------------------------------------------------------
+class StatusPublic(_Out):
+    """A plain acknowledgement (``{"status": "ok"}``)."""
+
+    status: str
+
+
+class ErrorPublic(_Out):
+    """An error for people; ``code`` / ``reason`` is a short label for scripts."""
+
+    detail: Any
+    code: str | None = None
+
+
+# -- events and attendees ---------------------------------------------------------------------------
+class EventRef(_Out):
+    id: int | None
+    title: str
+    code: str
+
+
+class AttendeeRef(_Out):
+    id: int | None
+    name: str
+
+
+class JoinPublic(_Out):
+    """The attendee made by joining, the event, and the token (also set as a cookie)."""
+
+    attendee: AttendeeRef
+    event: EventRef
+    token: str
+
+
+class MePublic(_Out):
+    attendee: AttendeeRef
+    event: EventRef
+
+    @classmethod
+    def of(cls, attendee: Attendee, event: Event) -> MePublic:
+        return cls(
+            attendee=AttendeeRef(id=attendee.id, name=attendee.name),
+            event=EventRef(id=event.id, title=event.title, code=event.code),
+        )
+
+
+class EventPublic(_Out):
+    """An event as the instructor sees it (``attendees``: how many joined)."""
+
+    id: int | None
+    code: str
+    title: str
+    labs: list[str]
+    status: str
+    capacity: int
+    starts_at: str | None
+    ends_at: str | None
+    backend: str
+    image: str
+    pace: dict[str, int]
+    selfpaced: bool
+    attendees: int = 0
+
+    @classmethod
+    def of(cls, event: Event, attendees: int = 0) -> EventPublic:
+        return cls(
+            id=event.id,
+            code=event.code,
+            title=event.title,
+            labs=list(event.labs),
+            status=event.status,
+            capacity=event.capacity,
+            starts_at=_iso(event.starts_at),
+            ends_at=_iso(event.ends_at),
+            backend=event.backend,
+            image=event.image,
+            pace=dict(event.pace),
+            selfpaced=event.selfpaced,
+            attendees=attendees,
+        )
+
+
+class AnnouncementPublic(_Out):
+    id: int | None
+    message: str
+    author: str = ""
+    created_at: str
+
+    @classmethod
+    def of(cls, row: Announcement) -> AnnouncementPublic:
+        return cls(id=row.id, message=row.message, author=row.author, created_at=row.created_at.isoformat())
+
+
+class PacePublic(_Out):
+    """Unlocked steps per lab; a lab absent from the map is fully unlocked."""
+
+    pace: dict[str, int]
+
+
+# -- environments -----------------------------------------------------------------------------------
+class EnvironmentPublic(_Out):
+    """An attendee's environment (``state`` is ``none`` before the first one is made)."""
+
+    state: str
+    message: str = ""
+    id: str | None = None
+    reason: str | None = None
+    backend: str | None = None
+    node: str | None = None
+    device: str | None = None
+    emulated: bool | None = None
+    updated_at: str | None = None
+
+    @classmethod
+    def of(cls, row: Environment | None) -> EnvironmentPublic:
+        if row is None:
+            return cls(state="none")
+        device = row.device or ""
+        return cls(
+            id=row.id,
+            state=row.state,
+            message=row.message,
+            reason=row.reason,
+            backend=row.backend,
+            node=row.node,
+            device=device,
+            emulated=device in ("", "cpu", "cpu-emu"),
+            updated_at=row.updated_at.isoformat(),
+        )
+
+
+class ResetPublic(_Out):
+    status: str = "reset"
+    lab: str
+    backup: str  # workspace-relative folder holding the old files
+
+
+class RestartedPublic(EnvironmentPublic):
+    """The environment after an instructor's restart or recreate."""
+
+
+class RevealPublic(_Out):
+    status: str = "revealed"
+    files: list[str]
+
+
+# -- labs, steps, progress --------------------------------------------------------------------------
+class TalkPublic(_Out):
+    title: str
+    speaker: str
+
+
+class StepProgressPublic(_Out):
+    id: str
+    status: str  # not-started | working | failing | passed | error
+    attempts: int
+    passed_at: str | None
+    last_message: str
+    locked: bool
+
+
+class LabProgressPublic(_Out):
+    lab: str
+    passed: int
+    total: int
+    steps: list[StepProgressPublic]
+
+
+class LabSummaryPublic(_Out):
+    id: str
+    title: str
+    summary: str
+    duration_min: int
+    device: str
+    talk: TalkPublic | None
+    steps: int  # how many
+
+    @classmethod
+    def of(cls, lab: Lab, lang: str) -> LabSummaryPublic:
+        spec = lab.spec
+        return cls(
+            id=lab.id,
+            title=spec.title.get(lang),
+            summary=spec.summary.get(lang),
+            duration_min=spec.duration_min,
+            device=spec.requires.device,
+            talk=TalkPublic(title=spec.talk.title.get(lang), speaker=spec.talk.speaker)
+            if spec.talk
+            else None,
+            steps=len(lab.steps),
+        )
+
+
+class LabListItem(LabSummaryPublic):
+    """A lab of the event with the caller's progress."""
+
+    available: bool = True
+    progress: LabProgressPublic
+
+
+class UnavailableLab(_Out):
+    """A lab of the event whose files have a problem (shown, not usable)."""
+
+    id: str
+    title: str
+    available: bool = False
+    problem: str
+
+
+class StepPublic(_Out):
+    id: str
+    index: int  # 1-based
+    title: str
+    locked: bool
+    hints: list[str]
+    html: str  # the instructions, rendered ("" while locked)
+
+    @classmethod
+    def of(cls, lab: Lab, step: Step, lang: str, locked: bool) -> StepPublic:
+        return cls(
+            id=step.id,
+            index=step.index + 1,
+            title=step.spec.title.get(lang),
+            locked=locked,
+            hints=[h.get(lang) for h in step.spec.hints],
+            html=""
+            if locked
+            else render(
+                step.instructions(lang),
+                asset_base=f"/labs/{lab.id}/assets",
+                run_label=gettext(lang, "Run in terminal"),
+            ),
+        )
+
+
+class LabDetailPublic(_Out):
+    id: str
+    title: str
+    summary: str
+    duration_min: int
+    device: str
+    talk: TalkPublic | None
+    steps: list[StepPublic]
+    progress: LabProgressPublic
+
+
+# -- files ------------------------------------------------------------------------------------------
+class FilePublic(_Out):
+    path: str  # relative to the lab folder
+    dir: bool
+    size: int
+    mtime: float
+
+
+class SavedPublic(_Out):
+    status: str = "saved"
+    etag: str
+    size: int
+
+
+class ConflictPublic(_Out):
+    detail: str
+    code: str = "conflict"
+    etag: str  # of the file on disk
+
+
+# -- checks -----------------------------------------------------------------------------------------
+class CheckRunPublic(_Out):
+    """One check run: its verdict, the checker's log (capped) and timing."""
+
+    id: int | None
+    lab: str
+    step: str
+    status: str  # running | passed | failed | error | timeout
+    message: str
+    hints: list[str]
+    metrics: dict[str, Any]
+    log: str
+    log_truncated: bool
+    exit_code: int | None
+    duration_s: float
+    created_at: str
+    finished_at: str | None
+
+    @classmethod
+    def of(cls, run: CheckRun) -> CheckRunPublic:
+        return cls(
+            id=run.id,
+            lab=run.lab_id,
+            step=run.step_id,
+            status=run.status,
+            message=run.message,
+            hints=list(run.hints),
+            metrics=dict(run.metrics),
+            log=run.log,
+            log_truncated=run.log_truncated,
+            exit_code=run.exit_code,
+            duration_s=round(run.duration_s, 3),
+            created_at=run.created_at.isoformat(),
+            finished_at=_iso(run.finished_at),
+        )
+
+
+# -- help -------------------------------------------------------------------------------------------
+class HelpPublic(_Out):
+    """A raised hand."""
+
+    id: int | None
+    state: str  # open | claimed | resolved | cancelled
+    lab: str
+    step: str
+    note: str
+    claimed_by: str
+    created_at: str
+
+    @classmethod
+    def of(cls, h: HelpRequest) -> HelpPublic:
+        return cls(
+            id=h.id,
+            state=h.state,
+            lab=h.lab_id,
+            step=h.step_id,
+            note=h.note,
+            claimed_by=h.claimed_by,
+            created_at=h.created_at.isoformat(),
+        )
+
+
+class HelpQueueItem(HelpPublic):
+    """A raised hand in the instructor's queue, with who and how long they have waited."""
+
+    attendee_id: int
+    name: str
+    waiting_s: int
+
+    @classmethod
+    def queued(cls, h: HelpRequest, name: str, now: dt.datetime) -> HelpQueueItem:
+        created = h.created_at if h.created_at.tzinfo else h.created_at.replace(tzinfo=dt.UTC)
+        return cls(
+            **HelpPublic.of(h).model_dump(exclude={"created_at"}),
+            created_at=_aware_iso(h.created_at),
+            attendee_id=h.attendee_id,
+            name=name,
+            waiting_s=round(max(0.0, (now - created).total_seconds())),
+        )
+
+
+# -- the room (instructor) --------------------------------------------------------------------------
+class StuckPublic(_Out):
+    attendee_id: int
+    name: str
+    lab: str
+    step: str
+    reasons: list[str]  # slow and/or failing
+    seconds_on_step: int
+    typical_s: int | None
+    failures_in_a_row: int
+
+
+class StepCountsPublic(_Out):
+    """How many attendees are in each status on one step, and the funnel figure ``reached``."""
+
+    lab: str
+    step: str
+    not_started: int = Field(alias="not-started")
+    working: int
+    failing: int
+    passed: int
+    error: int
+    reached: int
+    total: int
+
+
+class SummaryPublic(_Out):
+    steps: list[StepCountsPublic]
+    stuck: list[StuckPublic]
+    attendees: int
+
+
+class GridLab(_Out):
+    id: str
+    title: str
+    unlocked: int | None
+    steps: list[list[str]]  # [step id, title]
+
+
+class GridPublic(_Out):
+    """The progress grid, compact: ``cells`` are ``[attendee_id, column, status, attempts, t0, t1]``
+    (see :mod:`labserver.services.room`)."""
+
+    event: EventRef
+    base: int
+    now: int
+    labs: list[GridLab]
+    columns: list[list[str]]
+    attendees: list[list[Any]]  # [id, name, environment state]
+    cells: list[list[Any]]
+
+
+class ExportRow(_Out):
+    attendee: str
+    attendee_id: int | None
+    lab: str
+    step: str
+    status: str
+    passed_at: str | None
+    attempts: int
+    time_spent_s: int
+
+
+class ExportPublic(_Out):
+    event: EventPublic
+    results: list[ExportRow]
+
+
+class AttendeeInfo(_Out):
+    id: int | None
+    name: str
+    joined_at: str
+
+
+class AttendeeDetailPublic(_Out):
+    """One attendee, drilled down: environment, every check run, help requests, stuck flags."""
+
+    attendee: AttendeeInfo
+    environment: EnvironmentPublic
+    runs: list[CheckRunPublic]
+    help: list[HelpPublic]
+    stuck: list[StuckPublic]
+    cells: list[list[Any]]
+
+
+# -- progress files ---------------------------------------------------------------------------------
+class ImportReportPublic(_Out):
+    imported: list[str]  # lab/step newly recorded as passed
+    already: list[str]
+    skipped: list[str]
+    restored_labs: list[str]
+    backups: dict[str, str]
+
+
+# -- non-JSON answers, for OpenAPI ------------------------------------------------------------------
+def media(media_type: str, description: str, schema: dict[str, Any] | None = None) -> dict[int | str, Any]:
+    """``responses=`` for a route whose 200 answer is not JSON (a file, CSV, SVG, a stream)."""
+    return {
+        200: {
+            "description": description,
+            "content": {media_type: {"schema": schema or {"type": "string"}}},
+        }
+    }
+
+
+def json_file(model: type[BaseModel], description: str) -> dict[int | str, Any]:
+    """``responses=`` for a JSON answer sent as an attachment (a custom ``Response``)."""
+    return {200: {"description": description, "model": model}}
+
+
+SSE = media("text/event-stream", "Server-Sent Events (see docs/architecture.md, live event kinds)")
