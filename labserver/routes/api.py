@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 from sse_starlette.sse import EventSourceResponse
 
 from labserver.backends.base import PathRefused, safe_relpath
+from labserver.backends.local import join_refusal
 from labserver.content import Lab, Step
 from labserver.content.markdown import render
 from labserver.i18n import gettext, pick_lang
@@ -99,8 +100,11 @@ def step_detail(lab: Lab, step: Step, lang: str, locked: bool) -> dict[str, Any]
 
 
 @router.post("/join")
-def api_join(body: JoinIn, request: Request, session: SessionDep) -> JSONResponse:
+def api_join(body: JoinIn, request: Request, ctx: Ctx, session: SessionDep) -> JSONResponse:
     lang = pick_lang(request)
+    refusal = join_refusal(ctx.backend, request.client.host if request.client else None)
+    if refusal:  # a local backend that cannot isolate attendees admits only this machine's
+        return JSONResponse({"detail": refusal, "code": "unsandboxed"}, status_code=403)
     try:
         attendee, token, event = join(session, event_code=body.event_code, name=body.name, lang=lang)
     except JoinError as exc:
