@@ -182,8 +182,8 @@ class _CgroupLimiter(Limiter):
                 base.rmdir()
 
 
-def _kill_and_rmdir(folder: Path, attempts: int = 50) -> None:
-    for _ in range(attempts):
+def _kill_and_rmdir(folder: Path, attempts: int = 60) -> None:
+    for attempt in range(attempts):
         try:
             folder.rmdir()
             return
@@ -199,7 +199,7 @@ def _kill_and_rmdir(folder: Path, attempts: int = 50) -> None:
             for pid in (folder / "cgroup.procs").read_text().split():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(int(pid), signal.SIGKILL)
-        time.sleep(0.02)
+        time.sleep(min(0.002 * 2**attempt, 0.05))  # a process that just ended leaves in a moment
     log.warning("cgroup %s still busy; left in place", folder)
 
 

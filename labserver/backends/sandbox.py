@@ -260,16 +260,17 @@ def view_args(view: View, *, chdir: Path) -> list[str]:
             lay.bind(path)
     for source, name in view.etc:
         lay.bind(source, dest=f"/etc/{name}")
-    for path in view.runtime:
-        lay.bind(path)
     bound = [*view.runtime, *view.readonly, *view.writable]
     masks = [m for m in view.masked if m.is_dir() and any(m.is_relative_to(b) for b in bound)]
-    for mask in masks:
-        lay.tmpfs(mask)
-    for path in view.readonly:
-        lay.bind(path)
-    for path in view.writable:
-        lay.bind(path, writable=True)
+    # outer before inner, whatever the kind: a mask right after the bind it lies in, a workspace
+    # after the mask over the data folder it lies in (sorted is stable: binds first at equal depth)
+    ops = [(p, "ro") for p in view.runtime] + [(p, "ro") for p in view.readonly]
+    ops += [(p, "rw") for p in view.writable] + [(m, "mask") for m in masks]
+    for path, kind in sorted(ops, key=lambda op: (len(op[0].parts), op[1] == "mask")):
+        if kind == "mask":
+            lay.tmpfs(path)
+        else:
+            lay.bind(path, writable=kind == "rw")
     for mask in masks:
         lay.args += ["--remount-ro", str(mask)]
     lay.args += ["--remount-ro", "/", "--chdir", str(chdir)]

@@ -93,6 +93,20 @@ def test_secrets_inside_a_bound_checkout_are_masked_read_only(tmp_path: Path) ->
     assert joined.index(f"--tmpfs {data}") < joined.index(f"--bind {ws} {ws}")
 
 
+def test_a_mask_inside_a_read_only_bind_comes_after_it(tmp_path: Path) -> None:
+    """A checker folder that happens to contain the data folder must not uncover it again."""
+    checks = tmp_path / "checks"
+    data = checks / "data"
+    ws = data / "workspaces" / "ev1-at1"
+    ws.mkdir(parents=True)
+    view = View(readonly=(checks,), writable=(ws,), masked=(data,))
+    joined = " ".join(
+        _outer(wrap(["python"], bwrap="/usr/bin/bwrap", view=view, identity=USER_SERVER, chdir=ws))
+    )
+    assert joined.index(f"--ro-bind {checks} {checks}") < joined.index(f"--tmpfs {data}")
+    assert joined.index(f"--tmpfs {data}") < joined.index(f"--bind {ws} {ws}")
+
+
 def _etc_names() -> set[str]:
     from labserver.backends.sandbox import ETC_FILES
 
