@@ -33,6 +33,7 @@ import shutil
 import signal
 import stat
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -226,48 +227,55 @@ class LocalBackend:
         problems: list[str] = []
         if self.switch and not os.access(self.setpriv, os.X_OK):
             problems.append("setpriv (util-linux) is missing, so attendee processes cannot leave root")
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir.chmod(0o700)
-        probe_dir = self.root / ".probe"  # where workspaces live: their uid must reach that too
-        probe_dir.mkdir(exist_ok=True)
-        who = sandbox.Identity(NOBODY, NOBODY, True) if self.switch else self._server_identity()
-        if self.switch:
-            os.chown(probe_dir, NOBODY, NOBODY)
-        probe = [self.python, "-I", "-S", "-c", f"import os; os.listdir({str(probe_dir)!r})"]
-        argv = sandbox.wrap(
-            probe,
-            bwrap=self.bwrap,
-            view=sandbox.View(runtime=self._runtime(), writable=(probe_dir,)),
-            identity=who,
-            chdir=probe_dir,
-            setpriv=self.setpriv,
-        )
-        failure = sandbox.works(argv)
-        if self.bwrap and failure:
-            if self.settings.sandbox == "bwrap":
-                raise RuntimeError(f"LABSERVER_SANDBOX=bwrap but bubblewrap does not work here: {failure}")
-            problems.append(f"bubblewrap does not work here ({failure})")
-            self.bwrap = None
-            failure = sandbox.works(
-                sandbox.wrap(
-                    probe,
-                    bwrap=None,
-                    view=sandbox.View(),
-                    identity=who,
-                    chdir=probe_dir,
-                    setpriv=self.setpriv,
-                )
+        # where workspaces live (their uid must reach that too), else a temporary folder: starting
+        # a backend creates nothing (``labserver check`` runs one in any folder)
+        if self.root.is_dir():
+            probe_dir = self.root / f".probe-{os.getpid()}-{threading.get_ident()}"
+            probe_dir.mkdir(exist_ok=True)
+        else:
+            probe_dir = Path(tempfile.mkdtemp(prefix="labserver-probe-"))
+            probe_dir.chmod(0o755)
+        try:
+            who = sandbox.Identity(NOBODY, NOBODY, True) if self.switch else self._server_identity()
+            if self.switch:
+                os.chown(probe_dir, NOBODY, NOBODY)
+            probe = [self.python, "-I", "-S", "-c", f"import os; os.listdir({str(probe_dir)!r})"]
+            argv = sandbox.wrap(
+                probe,
+                bwrap=self.bwrap,
+                view=sandbox.View(runtime=self._runtime(), writable=(probe_dir,)),
+                identity=who,
+                chdir=probe_dir,
+                setpriv=self.setpriv,
             )
-        if not self.bwrap:
-            if self.settings.sandbox == "none":
-                problems.append("no sandbox (LABSERVER_SANDBOX=none)")
-            elif not problems or "bubblewrap does not work" not in problems[-1]:
-                problems.append("bubblewrap is not installed (apt-get install bubblewrap)")
-            if failure:
-                problems.append(f"attendee processes cannot run here as uid {who.uid}: {failure}")
-        with contextlib.suppress(OSError):
-            probe_dir.rmdir()
+            failure = sandbox.works(argv)
+            if self.bwrap and failure:
+                if self.settings.sandbox == "bwrap":
+                    raise RuntimeError(
+                        f"LABSERVER_SANDBOX=bwrap but bubblewrap does not work here: {failure}"
+                    )
+                problems.append(f"bubblewrap does not work here ({failure})")
+                self.bwrap = None
+                failure = sandbox.works(
+                    sandbox.wrap(
+                        probe,
+                        bwrap=None,
+                        view=sandbox.View(),
+                        identity=who,
+                        chdir=probe_dir,
+                        setpriv=self.setpriv,
+                    )
+                )
+            if not self.bwrap:
+                if self.settings.sandbox == "none":
+                    problems.append("no sandbox (LABSERVER_SANDBOX=none)")
+                elif not problems or "bubblewrap does not work" not in problems[-1]:
+                    problems.append("bubblewrap is not installed (apt-get install bubblewrap)")
+                if failure:
+                    problems.append(f"attendee processes cannot run here as uid {who.uid}: {failure}")
+        finally:
+            with contextlib.suppress(OSError):
+                probe_dir.rmdir()
         if self.limiter.name == "none":
             problems.append(f"no resource limits ({self.limiter.detail})")
         if self.switch:
@@ -309,8 +317,10 @@ class LocalBackend:
             return None
 
     def _write_state(self, name: str, state: EnvRecord) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.chmod(0o700)  # the server's only: attendees never see DATA_DIR anyway
         folder = self.state_dir / name
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)
         body = {"uid": state.uid, "gid": state.gid, **state.limits.__dict__}
         tmp = folder / "identity.json.tmp"
         tmp.write_text(json.dumps(body))

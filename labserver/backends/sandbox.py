@@ -325,7 +325,9 @@ def wrap(
             cmd += ["--cap-add", cap]
     else:
         cmd += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
-    cmd += view_args(view, chdir=chdir)
+    # a root outer sandbox has no CAP_DAC_OVERRIDE left: it stays at / and the inner one, as the
+    # environment's uid (the owner of the workspace), goes to ``chdir``
+    cmd += view_args(view, chdir=Path("/") if identity.switch else chdir)
     cmd.append("--")
     if identity.switch:
         cmd += drop_privileges(identity, setpriv)
