@@ -49,6 +49,17 @@ class DockerSettings(BaseModel):
     name_prefix: str = "labserver"  # containers are <prefix>-<env id>; servers sharing an engine differ
 
 
+class LocalSettings(BaseModel):
+    """The local backend's isolation (docs/security.md)."""
+
+    # a root server runs each environment under a uid of its own: uid_base + n, n < uid_count
+    # (above systemd-nspawn's and the usual /etc/subuid ranges)
+    uid_base: int = Field(default=1_900_000_000, ge=1000, le=4_000_000_000)
+    uid_count: int = Field(default=65536, ge=1, le=10_000_000)
+    limits: Literal["auto", "cgroup2", "cgroup1", "rlimit", "none"] = "auto"  # auto: best that works
+    cgroup_parent: str = ""  # cgroup under which environments' groups go (default: the server's own)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LABSERVER_", env_nested_delimiter="__", extra="ignore")
 
@@ -62,11 +73,13 @@ class Settings(BaseSettings):
     web_dir: Path = Field(default_factory=_default_web_dir)
     secret_key: str = ""  # signs session cookies; generated and stored in data_dir when empty
     trusted_origins: list[str] = Field(default_factory=list)  # besides the Host: for proxies (csrf.py)
-    sandbox: Literal["auto", "bwrap", "none"] = "auto"  # local backend isolation for checks
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"  # local backend isolation (docs/security.md)
+    allow_unsandboxed: bool = False  # without a working sandbox, admit attendees from other machines
     selfpaced: bool = False
     checks: CheckSettings = Field(default_factory=CheckSettings)
     stuck: StuckSettings = Field(default_factory=StuckSettings)
     docker: DockerSettings = Field(default_factory=DockerSettings)
+    local: LocalSettings = Field(default_factory=LocalSettings)
 
     @property
     def sqlalchemy_url(self) -> str:

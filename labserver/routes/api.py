@@ -12,6 +12,7 @@ from sqlmodel import Session
 from sse_starlette.sse import EventSourceResponse
 
 from labserver.backends.base import EnvRef, PathRefused, safe_relpath
+from labserver.backends.local import join_refusal
 from labserver.content import Lab, Step
 from labserver.i18n import gettext, pick_lang
 from labserver.routes.deps import (
@@ -92,12 +93,17 @@ def _progress(session: Session, me: Me, lab: Lab) -> LabProgressPublic:
     return LabProgressPublic.model_validate(prog.as_dict())
 
 
-@router.post("/join", response_model=JoinPublic, responses={400: {"model": ErrorPublic}})
+@router.post(
+    "/join", response_model=JoinPublic, responses={400: {"model": ErrorPublic}, 403: {"model": ErrorPublic}}
+)
 def api_join(
-    body: JoinIn, request: Request, response: Response, session: SessionDep
+    body: JoinIn, request: Request, response: Response, ctx: Ctx, session: SessionDep
 ) -> JoinPublic | JSONResponse:
     """Join an event by its code with a display name; the token comes back and as a cookie."""
     lang = pick_lang(request)
+    refusal = join_refusal(ctx.backend, request.client.host if request.client else None)
+    if refusal:  # a local backend that cannot isolate attendees admits only this machine's
+        return JSONResponse({"detail": refusal, "code": "unsandboxed"}, status_code=403)
     try:
         attendee, token, event = join(session, event_code=body.event_code, name=body.name, lang=lang)
     except JoinError as exc:

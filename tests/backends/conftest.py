@@ -19,8 +19,20 @@ def local_factory(settings: Settings, tmp_path: Path) -> Backend:
     return LocalBackend(settings)
 
 
+class UnsandboxedAsServerUser(LocalBackend):
+    """The contract without bubblewrap. A root server then runs each environment as a uid of its
+    own straight on the host's file system, which needs the interpreter and the data folder
+    reachable by that uid (docs/security.md); pytest's folders (0700 root) and a Python under a
+    0700 /root are not. So this variant keeps the server's user and holds the unsandboxed code paths
+    to the contract; the privilege drop without a sandbox has its own test
+    (test_local_attacks.py::test_unsandboxed_root_server_*)."""
+
+    def _own_uids(self) -> bool:
+        return False
+
+
 def local_unsandboxed_factory(settings: Settings, tmp_path: Path) -> Backend:
-    return LocalBackend(settings.model_copy(update={"sandbox": "none"}))
+    return UnsandboxedAsServerUser(settings.model_copy(update={"sandbox": "none"}))
 
 
 BACKEND_FACTORIES: dict[str, Callable[[Settings, Path], Backend]] = {
