@@ -45,7 +45,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, col, select
 
-from labserver import __version__, clock
+from labserver import __version__, clock, safe_json
 from labserver.backends.base import LabSeed, PathRefused, safe_relpath
 from labserver.backends.local import HIDDEN
 from labserver.content import Lab
@@ -147,7 +147,9 @@ def _utc(value: dt.datetime) -> dt.datetime:
 def parse_progress(raw: bytes | str) -> ProgressFile:
     """Validate a whole progress file; raises :class:`ProgressFileError` (nothing has changed)."""
     try:
-        data = json.loads(raw)
+        data = safe_json.loads(raw)
+    except safe_json.JSONLimitError as exc:
+        raise ProgressFileError(f"This progress file cannot be read: {exc}. Export it again.") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProgressFileError(f"This is not a progress file: it is not valid JSON ({exc}).") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:

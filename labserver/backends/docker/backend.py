@@ -33,6 +33,8 @@ import docker.errors
 
 from labserver import clock
 from labserver.backends.base import (
+    MAX_ARCHIVE_BYTES,
+    MAX_READ_BYTES,
     BackendError,
     CheckRaw,
     CheckRequest,
@@ -47,6 +49,7 @@ from labserver.backends.base import (
     PathRefused,
     ProgressCallback,
     ProvisionError,
+    TooBig,
     backoff,
     safe_relpath,
 )
@@ -373,9 +376,11 @@ class DockerBackend:
         rel = safe_relpath(path)
         if not rel:
             raise IsADirectoryError(path)
-        result = await self._sh(ref, files.READ, files.abs_path(rel))
+        result = await self._sh(ref, files.READ, files.abs_path(rel), str(MAX_READ_BYTES))
         if result.exit_code == 1 and b"Permission denied" in result.stderr:
             raise PermissionError(rel)
+        if result.exit_code == files.EXIT_TOO_BIG:
+            raise TooBig(rel, int(result.stderr.strip() or 0), MAX_READ_BYTES)
         self._raise_for(result, rel)
         return result.stdout
 
@@ -424,7 +429,7 @@ class DockerBackend:
             stream, _ = await self.engines.run(
                 self.engines.client(ref.node).api.get_archive, ref.infra_id, resolved
             )
-            raw = await self.engines.run(lambda: b"".join(stream))
+            raw = await self.engines.run(files.read_capped, stream, MAX_ARCHIVE_BYTES, rel)
         except docker.errors.NotFound as exc:
             raise FileNotFoundError(rel) from exc
         arc_root = resolved.rstrip("/").rsplit("/", 1)[-1] or "workspace"
