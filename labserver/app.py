@@ -4,6 +4,7 @@ the backend and the live hub are built here and kept on ``app.state.ctx``."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,11 +19,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from labserver import __version__, db, safe_json
 from labserver.backends import make_backend
-from labserver.backends.base import BackendError, PathRefused, TooBig, safe_relpath
+from labserver.backends.base import BackendError, PathRefused, TooBig, WorkspaceFull, safe_relpath
 from labserver.body_limit import BodyLimitMiddleware
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.csrf import CSRFMiddleware
+from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
 from labserver.routes import api, instructor, pages, progress, terminal
 from labserver.services.context import AppContext
@@ -63,6 +65,17 @@ def build_context(settings: Settings) -> AppContext:
     return ctx
 
 
+def _workspace_full(req: Request, size_mb: int) -> JSONResponse:
+    lang = pick_lang(req)
+    if size_mb:
+        detail = gettext(lang, "Your workspace is full ({mb} MB): delete files, then save again.").format(
+            mb=size_mb
+        )
+    else:
+        detail = gettext(lang, "Your workspace is full: delete files, then save again.")
+    return JSONResponse({"detail": detail, "reason": "disk-full"}, status_code=507)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     ctx = build_context(settings)
@@ -99,7 +112,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware)  # added last: outermost, before anything reads a body
 
     @app.exception_handler(BackendError)
-    async def _backend_error(_req: Request, exc: BackendError) -> JSONResponse:
+    async def _backend_error(req: Request, exc: BackendError) -> JSONResponse:
+        if isinstance(exc, WorkspaceFull):
+            return _workspace_full(req, exc.size_mb)
+        if isinstance(exc, TooBig):
+            detail = gettext(
+                pick_lang(req),
+                "{what} is too big for the browser ({size} MB; at most {limit} MB): open it in the terminal instead.",
+            ).format(what=exc.what, size=f"{exc.size / 1e6:.1f}", limit=exc.limit // 1_000_000)
+            return JSONResponse({"detail": detail, "reason": exc.reason}, status_code=413)
         status = 400 if isinstance(exc, PathRefused) else 413 if isinstance(exc, TooBig) else 503
         return JSONResponse({"detail": exc.message, "reason": exc.reason}, status_code=status)
 
@@ -111,6 +132,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if clear is not None:
             return JSONResponse({"detail": clear, "code": "bad-json"}, status_code=400)
         return await http_exception_handler(req, exc)
+
+    @app.exception_handler(OSError)
+    async def _os_error(req: Request, exc: OSError) -> Response:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the local backend's workspace (or disk) is full
+            return _workspace_full(req, 0)
+        raise exc
 
     @app.exception_handler(FileNotFoundError)
     async def _not_found(_req: Request, exc: FileNotFoundError) -> JSONResponse:

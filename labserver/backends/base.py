@@ -132,6 +132,19 @@ class NameTooLong(PathRefused):
         )
 
 
+class WorkspaceFull(BackendError):
+    """ENOSPC/EDQUOT on a workspace write; ``size_mb`` is its limit when it has one (else 0)."""
+
+    def __init__(self, size_mb: int = 0) -> None:
+        super().__init__(
+            f"Your workspace is full ({size_mb} MB): delete files."
+            if size_mb
+            else "Your workspace is full: delete files.",
+            reason="disk-full",
+        )
+        self.size_mb = size_mb
+
+
 class TooBig(BackendError):
     """A file or folder too big to handle in the server's memory (answered 413)."""
 
@@ -141,6 +154,7 @@ class TooBig(BackendError):
             "open it in the terminal instead.",
             reason="too-big",
         )
+        self.what = what
         self.size = size
         self.limit = limit
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,11 +51,12 @@ from labserver.backends.base import (
     ProgressCallback,
     ProvisionError,
     TooBig,
+    WorkspaceFull,
     backoff,
     safe_relpath,
 )
 from labserver.backends.docker import config as dc
-from labserver.backends.docker import files, grader
+from labserver.backends.docker import disk, files, grader
 from labserver.backends.docker.engines import ENGINE_ERRORS, Engines, nodes_from_settings
 from labserver.backends.docker.scheduler import Node, Placement
 from labserver.backends.docker.state import DockerState
@@ -63,6 +65,8 @@ from labserver.backends.docker.warmpool import WarmPool
 from labserver.config import Settings
 
 __all__ = ["ENGINE_ERRORS", "DockerBackend", "nodes_from_settings"]
+
+log = logging.getLogger(__name__)
 
 
 class DockerBackend:
@@ -80,6 +84,12 @@ class DockerBackend:
         self.engines = Engines(
             self.cfg, nodes if nodes is not None else nodes_from_settings(self.cfg), self.prefix
         )
+        self.engines.disks_dir = settings.data_dir / "disks"
+        if self.cfg.workspace_mb:
+            for node in self.engines.configured:
+                reason = disk.why_not(node.url, self.cfg.workspace_mb)
+                if reason:
+                    log.warning("workspaces on %s have no size limit: %s", node.name, reason)
         #: warm containers per event (:meth:`prepare_event` configures it; ``create`` claims first)
         self.warm_pool = WarmPool(self.engines)
         self._env_locks: dict[str, asyncio.Lock] = {}
@@ -216,6 +226,7 @@ class DockerBackend:
                 first=0.1,
                 retry_on=(docker.errors.APIError,),
             )
+            await self.engines.drop_disk(volume)
         except ENGINE_ERRORS as exc:
             raise BackendError(
                 f"The lab machine {ref.node} does not answer; try again.", reason="engine-down", log=repr(exc)
@@ -396,6 +407,10 @@ class DockerBackend:
             )
         except docker.errors.NotFound as exc:
             raise EnvironmentGone() from exc
+        except docker.errors.APIError as exc:
+            if files.NO_SPACE in str(exc).lower():
+                raise WorkspaceFull(self.cfg.workspace_mb) from exc
+            raise
         except ENGINE_ERRORS as exc:
             raise EnvironmentGone(
                 f"The lab machine {ref.node} does not answer.", reason="engine-down"
@@ -405,6 +420,8 @@ class DockerBackend:
         result = await self._sh(
             ref, files.MOVE_INTO_PLACE, files.abs_path(rel), f"{dc.WORKSPACE}/{files.TMP_DIR}/{tmp_name}"
         )
+        if result.exit_code and files.NO_SPACE in result.stderr.decode(errors="replace").lower():
+            raise WorkspaceFull(self.cfg.workspace_mb)
         self._raise_for(result, rel)
 
     async def reset_lab(self, ref: EnvRef, lab: LabSeed, backup_name: str) -> str:

@@ -19,6 +19,7 @@ HIDDEN = {".backups", ".labserver-tmp", ".labserver-env.json"}
 TMP_DIR = ".labserver-tmp"
 MAX_ENTRIES = 5000
 EXIT_REFUSED, EXIT_MISSING, EXIT_ISDIR, EXIT_TOO_BIG = 3, 4, 5, 6
+NO_SPACE = "no space left on device"  # ENOSPC as the engine and the shell word it
 
 _CHECK = 'case "$p" in /workspace/*) ;; *) exit 3;; esac; '
 
