@@ -27,6 +27,7 @@ from labserver.csrf import CSRFMiddleware
 from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
 from labserver.routes import api, instructor, pages, progress, terminal
+from labserver.services import workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
 from labserver.services.lifecycle import housekeeping
@@ -66,13 +67,7 @@ def build_context(settings: Settings) -> AppContext:
 
 
 def _workspace_full(req: Request, size_mb: int) -> JSONResponse:
-    lang = pick_lang(req)
-    if size_mb:
-        detail = gettext(lang, "Your workspace is full ({mb} MB): delete files, then save again.").format(
-            mb=size_mb
-        )
-    else:
-        detail = gettext(lang, "Your workspace is full: delete files, then save again.")
+    detail = workspace_full.message(pick_lang(req), size_mb)
     return JSONResponse({"detail": detail, "reason": "disk-full"}, status_code=507)
 
 

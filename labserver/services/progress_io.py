@@ -59,7 +59,8 @@ FORMAT: Literal["labserver-progress"] = "labserver-progress"
 SCHEMA_VERSION = 1
 IMPORT_TAG = "[imported] "
 MAX_FILE_BYTES = 2 * 1024 * 1024  # per file in an export
-MAX_LAB_BYTES = 50 * 1024 * 1024  # per lab folder in an export
+#: per lab folder in an export (in base64, an import of three labs stays under body_limit.IMPORT_MAX)
+MAX_LAB_BYTES = 3 * 1024 * 1024
 
 RESERVED = {*HIDDEN, "__pycache__"}  # names a backend refuses to write or never lists
 

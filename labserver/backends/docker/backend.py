@@ -94,6 +94,15 @@ class DockerBackend:
         self.warm_pool = WarmPool(self.engines)
         self._env_locks: dict[str, asyncio.Lock] = {}
 
+    @property
+    def workspace_mb(self) -> int:
+        """The workspace size limit in MB when this server's volumes get one (disk.py), else 0."""
+        if not self.cfg.workspace_mb or any(
+            disk.why_not(n.url, self.cfg.workspace_mb) for n in self.engines.configured
+        ):
+            return 0
+        return self.cfg.workspace_mb
+
     def _lock(self, env_id: str) -> asyncio.Lock:
         return self._env_locks.setdefault(env_id, asyncio.Lock())
 
@@ -409,7 +418,7 @@ class DockerBackend:
             raise EnvironmentGone() from exc
         except docker.errors.APIError as exc:
             if files.NO_SPACE in str(exc).lower():
-                raise WorkspaceFull(self.cfg.workspace_mb) from exc
+                raise WorkspaceFull(self.workspace_mb) from exc
             raise
         except ENGINE_ERRORS as exc:
             raise EnvironmentGone(
@@ -421,7 +430,7 @@ class DockerBackend:
             ref, files.MOVE_INTO_PLACE, files.abs_path(rel), f"{dc.WORKSPACE}/{files.TMP_DIR}/{tmp_name}"
         )
         if result.exit_code and files.NO_SPACE in result.stderr.decode(errors="replace").lower():
-            raise WorkspaceFull(self.cfg.workspace_mb)
+            raise WorkspaceFull(self.workspace_mb)
         self._raise_for(result, rel)
 
     async def reset_lab(self, ref: EnvRef, lab: LabSeed, backup_name: str) -> str:
