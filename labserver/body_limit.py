@@ -16,6 +16,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
+
+from labserver.i18n import gettext, pick_lang
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -40,21 +43,23 @@ def limit_for(method: str, path: str) -> int:
     return DEFAULT_MAX
 
 
-def _detail(limit: int) -> str:
+def _detail(limit: int, lang: str) -> str:
     size = f"{limit / MB:.0f} MB" if limit >= MB else f"{limit // 1024} KB"
-    return f"The request body is too big (at most {size} here). Send less: use the terminal for big files."
+    return gettext(
+        lang, "The request body is too big (at most {size} here). Send less: use the terminal for big files."
+    ).format(size=size)
 
 
 class BodyTooBig(HTTPException):
     """Raised from ``receive``: an HTTPException so that FastAPI's body parsing passes it on as 413
     (any other exception there becomes 400 "There was an error parsing the body")."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, _detail(limit))
+    def __init__(self, limit: int, lang: str) -> None:
+        super().__init__(413, _detail(limit, lang))
 
 
-def _message(limit: int) -> bytes:
-    return json.dumps({"detail": _detail(limit), "code": "body-too-big", "limit": limit}).encode()
+def _message(limit: int, lang: str) -> bytes:
+    return json.dumps({"detail": _detail(limit, lang), "code": "body-too-big", "limit": limit}).encode()
 
 
 class BodyLimitMiddleware:
@@ -66,6 +71,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = limit_for(scope["method"], scope["path"])
+        lang = pick_lang(HTTPConnection(scope))
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -73,7 +79,7 @@ class BodyLimitMiddleware:
                 except ValueError:
                     declared = -1
                 if declared > limit:
-                    await _refuse(send, limit)
+                    await _refuse(send, limit, lang)
                     return
         received = 0
         started = False
@@ -84,7 +90,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise BodyTooBig(limit)
+                    raise BodyTooBig(limit, lang)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -97,11 +103,11 @@ class BodyLimitMiddleware:
             await self.app(scope, capped_receive, tracking_send)
         except BodyTooBig:
             if not started:
-                await _refuse(send, limit)
+                await _refuse(send, limit, lang)
 
 
-async def _refuse(send: Send, limit: int) -> None:
-    body = _message(limit)
+async def _refuse(send: Send, limit: int, lang: str) -> None:
+    body = _message(limit, lang)
     await send(
         {
             "type": "http.response.start",

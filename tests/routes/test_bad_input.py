@@ -186,3 +186,15 @@ def test_no_route_answers_bad_input_with_a_5xx(app: FastAPI, raw: TestClient, ev
 
 def _good_url(path: str, event_id: int) -> str:
     return re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: _good(m.group(1), event_id), path)
+
+
+@pytest.mark.parametrize(
+    ("lang", "expected"), [("en", "too big (at most 256 KB here)"), ("zh", "请求内容太大")]
+)
+def test_a_body_over_the_routes_limit_is_refused_in_the_attendees_language(
+    raw: TestClient, event: Event, lang: str, expected: str
+) -> None:
+    me = join(raw, "Ada")
+    resp = raw.post(f"/api/v1/help?lang={lang}", content=b"x" * 300_000, headers=me)
+    assert resp.status_code == 413 and expected in resp.json()["detail"], resp.text
+    assert raw.put(f"{LAB}/files/ok.txt", content=b"x" * 300_000, headers=me).status_code == 200  # 2 MB there
