@@ -4,24 +4,30 @@ the backend and the live hub are built here and kept on ``app.state.ctx``."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlmodel import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from labserver import __version__, db
+from labserver import __version__, db, safe_json
 from labserver.backends import make_backend
-from labserver.backends.base import BackendError, PathRefused
+from labserver.backends.base import BackendError, PathRefused, TooBig, WorkspaceFull, safe_relpath
+from labserver.body_limit import BodyLimitMiddleware
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.csrf import CSRFMiddleware
+from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
 from labserver.routes import api, instructor, pages, progress, terminal
+from labserver.services import workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
 from labserver.services.lifecycle import housekeeping
@@ -60,6 +66,11 @@ def build_context(settings: Settings) -> AppContext:
     return ctx
 
 
+def _workspace_full(req: Request, size_mb: int) -> JSONResponse:
+    detail = workspace_full.message(pick_lang(req), size_mb)
+    return JSONResponse({"detail": detail, "reason": "disk-full"}, status_code=507)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     ctx = build_context(settings)
@@ -93,11 +104,35 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = ctx
     app.state.ready = False
     app.add_middleware(CSRFMiddleware, trusted_origins=settings.trusted_origins)
+    app.add_middleware(BodyLimitMiddleware)  # added last: outermost, before anything reads a body
 
     @app.exception_handler(BackendError)
-    async def _backend_error(_req: Request, exc: BackendError) -> JSONResponse:
-        status = 400 if isinstance(exc, PathRefused) else 503
+    async def _backend_error(req: Request, exc: BackendError) -> JSONResponse:
+        if isinstance(exc, WorkspaceFull):
+            return _workspace_full(req, exc.size_mb)
+        if isinstance(exc, TooBig):
+            detail = gettext(
+                pick_lang(req),
+                "{what} is too big for the browser ({size} MB; at most {limit} MB): open it in the terminal instead.",
+            ).format(what=exc.what, size=f"{exc.size / 1e6:.1f}", limit=exc.limit // 1_000_000)
+            return JSONResponse({"detail": detail, "reason": exc.reason}, status_code=413)
+        status = 400 if isinstance(exc, PathRefused) else 413 if isinstance(exc, TooBig) else 503
         return JSONResponse({"detail": exc.message, "reason": exc.reason}, status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(req: Request, exc: StarletteHTTPException) -> Response:
+        # FastAPI answers any failure while parsing a JSON body "There was an error parsing the
+        # body"; say what was wrong when it was a limit (deep nesting, a huge number)
+        clear = safe_json.explain(exc.__cause__) if exc.status_code == 400 else None
+        if clear is not None:
+            return JSONResponse({"detail": clear, "code": "bad-json"}, status_code=400)
+        return await http_exception_handler(req, exc)
+
+    @app.exception_handler(OSError)
+    async def _os_error(req: Request, exc: OSError) -> Response:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the local backend's workspace (or disk) is full
+            return _workspace_full(req, 0)
+        raise exc
 
     @app.exception_handler(FileNotFoundError)
     async def _not_found(_req: Request, exc: FileNotFoundError) -> JSONResponse:
@@ -126,7 +161,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if lab is None:
             raise HTTPException(404)
         base = (lab.path / "steps").resolve()
-        target = (base / path).resolve()
+        try:
+            target = (base / safe_relpath(path)).resolve()
+        except (PathRefused, OSError):  # a name too long for the file system, a loop of links
+            raise HTTPException(404) from None
         if not target.is_relative_to(base) or not target.is_file() or target.suffix == ".md":
             raise HTTPException(404)
         return FileResponse(target)

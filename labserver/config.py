@@ -47,6 +47,7 @@ class DockerSettings(BaseModel):
     warm_pool: int = 0
     idle_cull_minutes: float = 0.0
     name_prefix: str = "labserver"  # containers are <prefix>-<env id>; servers sharing an engine differ
+    workspace_mb: int = Field(default=0, ge=0, le=1_000_000)  # workspace size limit (0: none; disk.py)
 
 
 class LocalSettings(BaseModel):

@@ -8,7 +8,12 @@ no viewer is closed after ``idle_close_s``; a shell that exits ends the session.
 Input that arrives before the shell's first prompt (typed the moment the terminal opens, a "Run in
 terminal" command queued while the socket was down) is held and written once that prompt is out,
 when the terminal marks its prompts (``Terminal.marks_prompt``). Written earlier, the PTY would echo
-it before the prompt, and the shell would show it a second time after: ``echo hi$ echo hi``."""
+it before the prompt, and the shell would show it a second time after: ``echo hi$ echo hi``.
+
+Each viewer's backlog is bounded (:data:`VIEWER_MAX` bytes): the shell never waits for a viewer,
+and a viewer that reads slower than the shell writes (a stalled browser, a slow link, a socket that
+stops reading) has its backlog dropped and gets :data:`RESYNC` instead, after which the bridge
+replays the scrollback. Memory per viewer stays under ``VIEWER_MAX + SCROLLBACK`` whatever it does."""
 
 from __future__ import annotations
 
@@ -21,6 +26,43 @@ from labserver.backends.base import PROMPT_END, Terminal
 Key = tuple[str, str]  # (env_id, lab_id)
 SCROLLBACK = 128 * 1024
 HELD_MAX = 64 * 1024  # input held before the first prompt; beyond this it is dropped
+VIEWER_MAX = 1024 * 1024  # output queued for one viewer; beyond this it is dropped (resync)
+RESYNC = b"\x00resync"  # a viewer's marker: what was queued was dropped; replay the scrollback
+
+
+class Viewer:
+    """One attached browser's backlog: a queue of output chunks bounded to ``limit`` bytes. ``b""``
+    means the shell ended; :data:`RESYNC` that the backlog overflowed and was dropped."""
+
+    def __init__(self, limit: int = VIEWER_MAX) -> None:
+        self.limit = limit
+        self.pending = 0
+        self.dropped = 0  # bytes dropped in all (counted for the logs and the tests)
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._resyncing = False  # RESYNC is queued: output until it is read is in the scrollback
+
+    def put_nowait(self, data: bytes) -> None:
+        if data and self._resyncing:
+            self.dropped += len(data)
+            return
+        if data and self.pending + len(data) > self.limit:
+            while not self._queue.empty():
+                self.dropped += len(self._queue.get_nowait())
+            self.dropped += len(data)
+            self.pending = 0
+            self._resyncing = True
+            self._queue.put_nowait(RESYNC)
+            return
+        self.pending += len(data)
+        self._queue.put_nowait(data)
+
+    async def get(self) -> bytes:
+        data = await self._queue.get()
+        if data is RESYNC:  # the caller replays the scrollback now, before it awaits anything
+            self._resyncing = False
+        else:
+            self.pending -= len(data)
+        return data
 
 
 class TerminalSession:
@@ -28,7 +70,7 @@ class TerminalSession:
         self.key = key
         self.term = term
         self.scrollback = bytearray()
-        self.viewers: set[asyncio.Queue[bytes]] = set()
+        self.viewers: set[Viewer] = set()
         self.closed = False
         #: set once the shell reads its input (its first prompt is out), or it has ended; viewers
         #: that type are told (routes/terminal.py)
@@ -71,13 +113,13 @@ class TerminalSession:
         else:
             self._tail = seen[-(len(PROMPT_END) - 1) :]
 
-    def attach(self) -> tuple[asyncio.Queue[bytes], bytes]:
-        q: asyncio.Queue[bytes] = asyncio.Queue()
+    def attach(self) -> tuple[Viewer, bytes]:
+        q = Viewer()
         self.viewers.add(q)
         self.idle_since = None
         return q, bytes(self.scrollback)
 
-    def detach(self, q: asyncio.Queue[bytes]) -> None:
+    def detach(self, q: Viewer) -> None:
         self.viewers.discard(q)
         if not self.viewers:
             self.idle_since = asyncio.get_running_loop().time()

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 
 from labserver.backends.base import PROMPT_END
-from labserver.terminals import TerminalSession
+from labserver.terminals import RESYNC, SCROLLBACK, VIEWER_MAX, TerminalSession
 
 
 class ScriptedPty:
@@ -65,6 +65,29 @@ def test_a_terminal_that_marks_no_prompt_gets_input_at_once() -> None:
         assert session.ready.is_set()
         await session.write(b"ls\r")
         assert pty.written == [b"ls\r"]
+        await session.close()
+
+    asyncio.run(go())
+
+
+def test_a_viewer_that_never_reads_holds_a_bounded_backlog_and_is_resynced() -> None:
+    """The shell's output never waits for a viewer: 20 MB to one that reads nothing leaves at most
+    VIEWER_MAX queued; when it reads again it gets RESYNC (the bridge replays the scrollback), then
+    only what came after."""
+
+    async def go() -> None:
+        pty = ScriptedPty(marks_prompt=False)
+        session = TerminalSession(("env", "lab"), pty, lambda key: None)
+        stalled, _ = session.attach()
+        chunk = b"a" * 65536
+        for _ in range(320):
+            pty.output.put_nowait(chunk)
+        await until(lambda: len(session.scrollback) == SCROLLBACK and pty.output.empty())
+        await asyncio.sleep(0)
+        assert stalled.pending <= VIEWER_MAX and stalled.dropped >= 320 * 65536 - VIEWER_MAX
+        assert await stalled.get() is RESYNC
+        pty.output.put_nowait(b"after")
+        assert await asyncio.wait_for(stalled.get(), 5) == b"after"
         await session.close()
 
     asyncio.run(go())

@@ -113,6 +113,52 @@ class PathRefused(BackendError):
         super().__init__(f"Path {path!r} is outside your workspace.", reason="path")
 
 
+#: the file system's limits on one name and on a whole path, in bytes (Linux NAME_MAX, PATH_MAX)
+NAME_MAX = 255
+PATH_MAX = 4096
+#: the largest file the editor API reads (a stat comes first: a bigger file is never read)
+MAX_READ_BYTES = 8 * 1024 * 1024
+#: the largest lab folder (sum of its files' sizes) the download zips in memory
+MAX_ARCHIVE_BYTES = 64 * 1024 * 1024
+
+
+class NameTooLong(PathRefused):
+    def __init__(self, path: str) -> None:
+        BackendError.__init__(
+            self,
+            f"That file name is too long: at most {NAME_MAX} bytes per name and {PATH_MAX - 256} "
+            "for the whole path. Choose a shorter name.",
+            reason="path",
+        )
+
+
+class WorkspaceFull(BackendError):
+    """ENOSPC/EDQUOT on a workspace write; ``size_mb`` is its limit when it has one (else 0)."""
+
+    def __init__(self, size_mb: int = 0) -> None:
+        super().__init__(
+            f"Your workspace is full ({size_mb} MB): delete files."
+            if size_mb
+            else "Your workspace is full: delete files.",
+            reason="disk-full",
+        )
+        self.size_mb = size_mb
+
+
+class TooBig(BackendError):
+    """A file or folder too big to handle in the server's memory (answered 413)."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} is too big for the browser ({size / 1e6:.1f} MB; at most {limit // 1_000_000} MB): "
+            "open it in the terminal instead.",
+            reason="too-big",
+        )
+        self.what = what
+        self.size = size
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class LabSeed:
     """A lab to lay out in the workspace: ``/workspace/<lab_id>/`` seeded from ``starter``."""
@@ -445,8 +491,13 @@ def safe_relpath(path: str) -> str:
             continue
         if part == "..":
             raise PathRefused(path)
+        if len(part.encode("utf-8", "replace")) > NAME_MAX:
+            raise NameTooLong(path)
         parts.append(part)
-    return "/".join(parts)
+    rel = "/".join(parts)
+    if len(rel.encode("utf-8", "replace")) > PATH_MAX - 256:  # room for the workspace's own path
+        raise NameTooLong(path)
+    return rel
 
 
 async def run_blocking(fn: Callable[..., Any], *args: Any) -> Any:

@@ -28,7 +28,8 @@ Mechanism, picked once per server by :func:`detect` (``LABSERVER_LOCAL__LIMITS``
     ``RLIMIT_DATA`` = the memory budget per process (not per environment), and ``nice 10``
     instead of a CPU quota. The fallback that works everywhere, with weaker guarantees.
 
-Whatever the mechanism: no core dumps (``RLIMIT_CORE 0``) and at most 8192 open files per process.
+Whatever the mechanism: no core dumps (``RLIMIT_CORE 0``), at most 8192 open files per process,
+and no file bigger than 2 GiB (``RLIMIT_FSIZE``; the total is not limited).
 
 A process enters its cgroup before it runs anything of the attendee's: the command line starts
 with ``/bin/sh -c 'echo $$ > …/cgroup.procs; exec "$@"'`` (no window in which a fork escapes, no
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 Mechanism = Literal["cgroup2", "cgroup1", "rlimit", "none"]
 ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 NOFILE = 8192
+#: the largest file an attendee process may write (RLIMIT_FSIZE): the local backend has no
+#: per-workspace disk limit, so this at least stops one file from filling the disk (issue 13 item 10)
+FSIZE = 2 * 1024**3
 V1_CONTROLLERS = ("pids", "memory", "cpu")
 
 
@@ -102,7 +106,7 @@ class Limiter:
     def rlimits(self, limits: Limits, *, own_uid: bool) -> list[str]:
         """``prlimit`` options for a process of an environment with ``limits``. ``own_uid``: the
         environment runs under a uid of its own (so ``RLIMIT_NPROC`` counts only its processes)."""
-        return ["--core=0:0", f"--nofile={NOFILE}:{NOFILE}"]
+        return ["--core=0:0", f"--nofile={NOFILE}:{NOFILE}", f"--fsize={FSIZE}:{FSIZE}"]
 
     def nice(self) -> list[str]:
         return []

@@ -50,7 +50,14 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from labserver.backends.base import FileEntry, PathRefused, safe_relpath
+from labserver.backends.base import (
+    MAX_ARCHIVE_BYTES,
+    MAX_READ_BYTES,
+    FileEntry,
+    PathRefused,
+    TooBig,
+    safe_relpath,
+)
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_ENTRIES = 5000
@@ -131,7 +138,9 @@ class Workspace:
                 raise IsADirectoryError(rel)
             if not stat.S_ISREG(st.st_mode):
                 raise PathRefused(rel)
-            return f.read()
+            if st.st_size > MAX_READ_BYTES:  # stat first: a 2 GiB (sparse) file is never read
+                raise TooBig(rel, st.st_size, MAX_READ_BYTES)
+            return f.read(MAX_READ_BYTES + 1)
 
     def write(self, rel: str, data: bytes) -> None:
         rel = safe_relpath(rel)
@@ -232,9 +241,11 @@ class Workspace:
     def zip(self, rel: str, arc_root: str) -> bytes:
         rel = safe_relpath(rel)
         buf = io.BytesIO()
+        total = 0
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
 
             def visit(dfd: int, path: str, entry: os.DirEntry[str]) -> None:
+                nonlocal total
                 if not entry.is_file(follow_symlinks=False):
                     return
                 try:
@@ -247,6 +258,9 @@ class Workspace:
                     st = os.fstat(f.fileno())
                     if not stat.S_ISREG(st.st_mode):
                         return
+                    total += st.st_size
+                    if total > MAX_ARCHIVE_BYTES:  # the zip is built in memory: stat first
+                        raise TooBig(f"The folder {arc_root}", total, MAX_ARCHIVE_BYTES)
                     info = zipfile.ZipInfo(f"{arc_root}/{path[len(rel) + 1 if rel else 0 :]}")
                     info.date_time = time.localtime(max(st.st_mtime, 315532800))[:6]
                     info.external_attr = (st.st_mode & 0xFFFF) << 16

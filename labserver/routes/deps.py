@@ -8,13 +8,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, WebSocket
+from fastapi import Depends, HTTPException, Path, Query, Request, WebSocket
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlmodel import Session
 
 from labserver.models import Attendee, Event
 from labserver.services.context import AppContext
 from labserver.services.events import attendee_for_token
+
+#: the largest id a database row can have (a signed 64-bit integer): a bigger one in a path is a 422
+#: that says the range, never an overflow in the database driver (a 500)
+ID_MAX = 2**63 - 1
+DbId = Annotated[int, Path(ge=1, le=ID_MAX, description="A database id (1 to 2^63-1)")]
+DbIdQuery = Annotated[int | None, Query(ge=1, le=ID_MAX, description="A database id (1 to 2^63-1)")]
 
 ATTENDEE_COOKIE = "labserver_token"
 INSTRUCTOR_COOKIE = "labserver_instructor"

@@ -18,7 +18,7 @@ from labserver import clock
 from labserver.content import Lab, Step
 from labserver.i18n import pick_lang
 from labserver.models import Attendee, Environment, Event
-from labserver.routes.deps import Ctx, Instructor, SessionDep, current_instructor
+from labserver.routes.deps import Ctx, DbId, DbIdQuery, Instructor, SessionDep, current_instructor
 from labserver.routes.instructor_stream import instructor_stream
 from labserver.schemas import (
     SSE,
@@ -45,7 +45,7 @@ from labserver.services import checking, env_admin, event_admin, help, room
 from labserver.services.completion_chart import chart_svg
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs, get_row, reset_lab
-from labserver.services.event_admin import EventError
+from labserver.services.event_admin import MAX_CAPACITY, EventError
 from labserver.services.help import HelpError
 
 router = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
@@ -55,7 +55,7 @@ class EventIn(BaseModel):
     title: str = Field(max_length=200)
     labs: list[str] = Field(default_factory=list)
     code: str = Field(default="", max_length=64)
-    capacity: int = 0
+    capacity: int = Field(default=0, ge=0, le=MAX_CAPACITY)
     starts_at: dt.datetime | None = None
     ends_at: dt.datetime | None = None
     backend: str = ""
@@ -66,7 +66,7 @@ class EventPatch(BaseModel):
     title: str | None = Field(default=None, max_length=200)
     labs: list[str] | None = None
     code: str | None = Field(default=None, max_length=64)
-    capacity: int | None = None
+    capacity: int | None = Field(default=None, ge=0, le=MAX_CAPACITY)
     starts_at: dt.datetime | None = None
     ends_at: dt.datetime | None = None
     backend: str | None = None
@@ -79,7 +79,7 @@ class StatusIn(BaseModel):
 
 class PaceIn(BaseModel):
     lab: str
-    unlocked: int | None = Field(default=None, ge=0)  # None: every step open
+    unlocked: int | None = Field(default=None, ge=0, le=10_000)  # None: every step open
 
 
 class AnnouncementIn(BaseModel):
@@ -149,14 +149,14 @@ def create_event(body: EventIn, ctx: Ctx, session: SessionDep) -> EventPublic:
 
 
 @router.get("/events/{event_id}", response_model=EventPublic)
-def show_event(event_id: int, session: SessionDep) -> EventPublic:
+def show_event(event_id: DbId, session: SessionDep) -> EventPublic:
     """One event with its head count."""
     event = get_event(session, event_id)
     return EventPublic.of(event, event_admin.attendee_count(session, event_id))
 
 
 @router.patch("/events/{event_id}", response_model=EventPublic, responses=BAD)
-def edit_event(event_id: int, body: EventPatch, ctx: Ctx, session: SessionDep) -> EventPublic:
+def edit_event(event_id: DbId, body: EventPatch, ctx: Ctx, session: SessionDep) -> EventPublic:
     """Change any of an event's fields (only those given)."""
     event = get_event(session, event_id)
     try:
@@ -167,7 +167,7 @@ def edit_event(event_id: int, body: EventPatch, ctx: Ctx, session: SessionDep) -
 
 
 @router.post("/events/{event_id}/status", response_model=EventPublic, responses=BAD)
-def event_status(event_id: int, body: StatusIn, ctx: Ctx, session: SessionDep) -> EventPublic:
+def event_status(event_id: DbId, body: StatusIn, ctx: Ctx, session: SessionDep) -> EventPublic:
     """Open, close (no more joining) or archive an event."""
     event = get_event(session, event_id)
     try:
@@ -182,7 +182,7 @@ def event_status(event_id: int, body: StatusIn, ctx: Ctx, session: SessionDep) -
     "/events/{event_id}/progress", response_class=Response, responses=json_file(GridPublic, "The grid")
 )
 def progress_grid(
-    event_id: int, request: Request, ctx: Ctx, session: SessionDep, attendee: int | None = None
+    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, attendee: DbIdQuery = None
 ) -> Response:
     """The grid (compact, see :mod:`labserver.services.room`); ``?attendee=`` for one row."""
     event = get_event(session, event_id)
@@ -197,7 +197,7 @@ def _json(data: Any) -> Response:
 
 
 @router.get("/events/{event_id}/summary", response_model=SummaryPublic)
-def summary(event_id: int, ctx: Ctx, session: SessionDep) -> SummaryPublic:
+def summary(event_id: DbId, ctx: Ctx, session: SessionDep) -> SummaryPublic:
     """Per-step counts by status and the funnel (``reached``), plus the stuck list."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
@@ -211,7 +211,7 @@ def summary(event_id: int, ctx: Ctx, session: SessionDep) -> SummaryPublic:
 
 
 @router.get("/events/{event_id}/stuck", response_model=list[StuckPublic])
-def stuck(event_id: int, ctx: Ctx, session: SessionDep) -> list[StuckPublic]:
+def stuck(event_id: DbId, ctx: Ctx, session: SessionDep) -> list[StuckPublic]:
     """Attendees who look stuck (slow on a step, or failing it again and again), longest first."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
@@ -219,7 +219,7 @@ def stuck(event_id: int, ctx: Ctx, session: SessionDep) -> list[StuckPublic]:
 
 
 @router.get("/events/{event_id}/stream", response_class=EventSourceResponse, responses=SSE)
-async def stream(event_id: int, ctx: Ctx) -> EventSourceResponse:
+async def stream(event_id: DbId, ctx: Ctx) -> EventSourceResponse:
     """SSE: ``ready``, then deltas: ``cell`` (one grid cell, same list as in ``cells``), ``run`` (a
     check started), ``env``, ``help``, ``announcement``, ``pace``, ``resync``, ...
 
@@ -235,7 +235,7 @@ async def stream(event_id: int, ctx: Ctx) -> EventSourceResponse:
     response_class=Response,
     responses=media("text/csv", "One row per attendee x step (see ExportRow)"),
 )
-def export_csv(event_id: int, ctx: Ctx, session: SessionDep) -> Response:
+def export_csv(event_id: DbId, ctx: Ctx, session: SessionDep) -> Response:
     """The results as CSV (one row per attendee x step), as a download."""
     event = get_event(session, event_id)
     body = room.export_csv(room.load_facts(ctx, session, event))
@@ -252,7 +252,7 @@ def export_csv(event_id: int, ctx: Ctx, session: SessionDep) -> Response:
     response_class=Response,
     responses=json_file(ExportPublic, "The results"),
 )
-def export_json(event_id: int, ctx: Ctx, session: SessionDep) -> Response:
+def export_json(event_id: DbId, ctx: Ctx, session: SessionDep) -> Response:
     """The event and its results as JSON, as a download."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
@@ -272,7 +272,9 @@ def export_json(event_id: int, ctx: Ctx, session: SessionDep) -> Response:
     response_class=Response,
     responses=media("image/svg+xml", "Completion over time, as an SVG chart"),
 )
-def completion_svg(event_id: int, request: Request, ctx: Ctx, session: SessionDep, lab: str = "") -> Response:
+def completion_svg(
+    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, lab: str = ""
+) -> Response:
     """How many attendees completed each step over time (``?lab=`` for one lab)."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
@@ -280,7 +282,7 @@ def completion_svg(event_id: int, request: Request, ctx: Ctx, session: SessionDe
 
 
 @router.put("/events/{event_id}/pace", response_model=PacePublic)
-def set_pace(event_id: int, body: PaceIn, ctx: Ctx, session: SessionDep) -> PacePublic:
+def set_pace(event_id: DbId, body: PaceIn, ctx: Ctx, session: SessionDep) -> PacePublic:
     """Unlock a lab's steps up to N for the whole room (null: all)."""
     event = get_event(session, event_id)
     lab = get_lab(ctx, event, body.lab)
@@ -289,7 +291,7 @@ def set_pace(event_id: int, body: PaceIn, ctx: Ctx, session: SessionDep) -> Pace
 
 
 @router.get("/events/{event_id}/announcements", response_model=list[AnnouncementPublic])
-def list_announcements(event_id: int, session: SessionDep) -> list[AnnouncementPublic]:
+def list_announcements(event_id: DbId, session: SessionDep) -> list[AnnouncementPublic]:
     """The event's last 50 announcements, newest first."""
     get_event(session, event_id)
     return event_admin.announcements(session, event_id=event_id)
@@ -299,7 +301,7 @@ def list_announcements(event_id: int, session: SessionDep) -> list[AnnouncementP
     "/events/{event_id}/announcements", status_code=201, response_model=AnnouncementPublic, responses=BAD
 )
 def announce(
-    event_id: int, body: AnnouncementIn, me: Instructor, ctx: Ctx, session: SessionDep
+    event_id: DbId, body: AnnouncementIn, me: Instructor, ctx: Ctx, session: SessionDep
 ) -> AnnouncementPublic:
     """Broadcast a message to every page of the event."""
     event = get_event(session, event_id)
@@ -312,7 +314,7 @@ def announce(
 
 # -- help queue -------------------------------------------------------------------------------------
 @router.get("/events/{event_id}/help", response_model=list[HelpQueueItem])
-def help_queue(event_id: int, session: SessionDep) -> list[HelpQueueItem]:
+def help_queue(event_id: DbId, session: SessionDep) -> list[HelpQueueItem]:
     """Raised hands (open and claimed), oldest first, with waiting times."""
     get_event(session, event_id)
     return help.queue(session, event_id=event_id)
@@ -337,13 +339,13 @@ def _help_action(action: str, event_id: int, help_id: int, me: str, ctx: Ctx, se
 
 
 @router.post("/events/{event_id}/help/{help_id}/claim", response_model=HelpPublic, responses=HELP_ERRORS)
-def claim_help(event_id: int, help_id: int, me: Instructor, ctx: Ctx, session: SessionDep) -> HelpPublic:
+def claim_help(event_id: DbId, help_id: DbId, me: Instructor, ctx: Ctx, session: SessionDep) -> HelpPublic:
     """Take a raised hand ("someone is coming" reaches the attendee); a claimed one is taken over."""
     return _help_action("claim", event_id, help_id, me, ctx, session)
 
 
 @router.post("/events/{event_id}/help/{help_id}/resolve", response_model=HelpPublic, responses=HELP_ERRORS)
-def resolve_help(event_id: int, help_id: int, me: Instructor, ctx: Ctx, session: SessionDep) -> HelpPublic:
+def resolve_help(event_id: DbId, help_id: DbId, me: Instructor, ctx: Ctx, session: SessionDep) -> HelpPublic:
     """Close a raised hand as helped."""
     return _help_action("resolve", event_id, help_id, me, ctx, session)
 
@@ -351,7 +353,7 @@ def resolve_help(event_id: int, help_id: int, me: Instructor, ctx: Ctx, session:
 # -- one attendee -----------------------------------------------------------------------------------
 @router.get("/events/{event_id}/attendees/{attendee_id}", response_model=AttendeeDetailPublic)
 def attendee_detail(
-    event_id: int, attendee_id: int, ctx: Ctx, session: SessionDep, lab: str = ""
+    event_id: DbId, attendee_id: DbId, ctx: Ctx, session: SessionDep, lab: str = ""
 ) -> AttendeeDetailPublic:
     """Drill-down: environment, every check run with its full output (newest first; ``?lab=`` to
     narrow), open help requests and the stuck flag."""
@@ -406,7 +408,7 @@ async def env_recreate(env_id: str, ctx: Ctx, session: SessionDep) -> Environmen
 
 @router.post("/events/{event_id}/attendees/{attendee_id}/reveal", response_model=RevealPublic)
 async def reveal(
-    event_id: int, attendee_id: int, body: RevealIn, me: Instructor, ctx: Ctx, session: SessionDep
+    event_id: DbId, attendee_id: DbId, body: RevealIn, me: Instructor, ctx: Ctx, session: SessionDep
 ) -> RevealPublic:
     """Copy a step's solution files into the attendee's ``<lab>/.solution/``."""
     event = get_event(session, event_id)

@@ -23,6 +23,7 @@ from labserver.models import EventStatus
 from labserver.routes.deps import (
     INSTRUCTOR_COOKIE,
     Ctx,
+    DbId,
     SessionDep,
     instructor_from,
     make_instructor_cookie,
@@ -228,7 +229,7 @@ def create_event(
 
 @router.get("/events/{event_id}/edit")
 def edit_event_page(
-    event_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
 ) -> HTMLResponse:
     """The form of an existing event."""
     event = get_event(session, event_id)
@@ -241,7 +242,7 @@ def edit_event_page(
 
 @router.post("/events/{event_id}/edit")
 def edit_event(
-    event_id: int,
+    event_id: DbId,
     request: Request,
     ctx: Ctx,
     session: SessionDep,
@@ -271,7 +272,7 @@ def edit_event(
 
 @router.post("/events/{event_id}/status")
 def event_status(
-    event_id: int, ctx: Ctx, session: SessionDep, me: PageInstructor, status: FormStr = ""
+    event_id: DbId, ctx: Ctx, session: SessionDep, me: PageInstructor, status: FormStr = ""
 ) -> Response:
     """Open, close or archive an event from the events page."""
     event = get_event(session, event_id)
@@ -310,7 +311,7 @@ def dashboard_context(request: Request, ctx: AppContext, session: Session, me: s
 
 @router.get("/events/{event_id}")
 def dashboard_page(
-    event_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
 ) -> HTMLResponse:
     """The live room: grid, stuck list, help queue, pacing, broadcast."""
     return render_page(
@@ -352,7 +353,7 @@ def attendee_context(
 
 @router.get("/events/{event_id}/attendees/{attendee_id}")
 def attendee_page(
-    event_id: int, attendee_id: int, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId, attendee_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
 ) -> HTMLResponse:
     """One attendee: environment, runs, read-only terminal view."""
     context = attendee_context(request, ctx, session, me, event_id, attendee_id)

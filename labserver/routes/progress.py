@@ -11,13 +11,14 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
+from labserver.body_limit import IMPORT_MAX
 from labserver.routes.deps import Ctx, CurrentAttendee, SessionDep
 from labserver.schemas import ErrorPublic, ImportReportPublic, json_file
 from labserver.services import progress_io
 
 router = APIRouter(prefix="/api/v1/progress", tags=["attendee"])
 
-MAX_IMPORT_BYTES = 200 * 1024 * 1024
+MAX_IMPORT_BYTES = IMPORT_MAX  # body_limit.py refuses more before it is read
 
 
 @router.get(

@@ -22,11 +22,13 @@ from labserver.models import Environment
 from labserver.routes.deps import instructor_from, resolve_attendee, token_from
 from labserver.services import environments
 from labserver.services.context import AppContext
-from labserver.terminals import TerminalSession
+from labserver.terminals import RESYNC, TerminalSession
 
 router = APIRouter(prefix="/api/v1", tags=["terminal"])
 
 READY = json.dumps({"ready": True})
+#: sent before the scrollback to a viewer whose backlog was dropped (terminals.py, Viewer)
+SKIPPED = b"\r\n\x1b[33m[output skipped: this connection was too slow to follow the shell]\x1b[0m\r\n"
 
 
 async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> None:
@@ -45,6 +47,8 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
                 if not data:
                     await ws.close(code=1000, reason="shell exited")
                     return
+                if data is RESYNC:  # this viewer fell behind: its backlog was dropped
+                    data = SKIPPED + bytes(session.scrollback)
                 await ws.send_bytes(data)
 
         out_task = asyncio.ensure_future(pump_out())

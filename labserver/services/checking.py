@@ -16,6 +16,7 @@ from labserver.checks.verdict import interpret
 from labserver.content import Lab, Step
 from labserver.live import Kind
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
+from labserver.services import workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import with_environment
 
@@ -77,6 +78,8 @@ async def run_check(
             verdict = interpret(raw, step.spec.timeout_s)
             run.status = verdict.status
             run.message = verdict.message
+            if run.status != CheckStatus.passed and workspace_full.NO_SPACE in raw.log:
+                run.message = workspace_full.message(lang, getattr(ctx.backend, "workspace_mb", 0))
             run.hints = verdict.hints
             run.metrics = verdict.metrics
             run.log = raw.log.decode("utf-8", "replace")

@@ -213,7 +213,10 @@ async def reset_lab(
     set_state(ctx, session, row, EnvState.resetting, message=f"Resetting {lab_id}")
     try:
         backup = await ctx.backend.reset_lab(
-            ref, LabSeed(lab.id, lab.starter), clock.now().strftime("%Y%m%d-%H%M%S")
+            # to the microsecond: two resets in one second must not pick one (non-empty) folder
+            ref,
+            LabSeed(lab.id, lab.starter),
+            clock.now().strftime("%Y%m%d-%H%M%S-%f"),
         )
     finally:
         session.refresh(row)

@@ -27,6 +27,10 @@ class EventError(ValueError):
         self.field = field
 
 
+#: attendees in one event (0: no limit); a bigger number is refused, never sent to the database
+MAX_CAPACITY = 100_000
+
+
 def validate(
     ctx: AppContext,
     *,
@@ -46,6 +50,8 @@ def validate(
         raise EventError("A lab is listed twice.", field="labs")
     if capacity < 0:
         raise EventError("Capacity cannot be negative (0 = unlimited).", field="capacity")
+    if capacity > MAX_CAPACITY:
+        raise EventError(f"Capacity is at most {MAX_CAPACITY} (0 = unlimited).", field="capacity")
     if backend not in BACKENDS:
         raise EventError(f"Unknown backend {backend!r}.", field="backend")
     if starts_at and ends_at and ends_at <= starts_at:

@@ -45,7 +45,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlmodel import Session, col, select
 
-from labserver import __version__, clock
+from labserver import __version__, clock, safe_json
 from labserver.backends.base import LabSeed, PathRefused, safe_relpath
 from labserver.backends.local import HIDDEN
 from labserver.content import Lab
@@ -59,7 +59,8 @@ FORMAT: Literal["labserver-progress"] = "labserver-progress"
 SCHEMA_VERSION = 1
 IMPORT_TAG = "[imported] "
 MAX_FILE_BYTES = 2 * 1024 * 1024  # per file in an export
-MAX_LAB_BYTES = 50 * 1024 * 1024  # per lab folder in an export
+#: per lab folder in an export (in base64, an import of three labs stays under body_limit.IMPORT_MAX)
+MAX_LAB_BYTES = 3 * 1024 * 1024
 
 RESERVED = {*HIDDEN, "__pycache__"}  # names a backend refuses to write or never lists
 
@@ -147,7 +148,9 @@ def _utc(value: dt.datetime) -> dt.datetime:
 def parse_progress(raw: bytes | str) -> ProgressFile:
     """Validate a whole progress file; raises :class:`ProgressFileError` (nothing has changed)."""
     try:
-        data = json.loads(raw)
+        data = safe_json.loads(raw)
+    except safe_json.JSONLimitError as exc:
+        raise ProgressFileError(f"This progress file cannot be read: {exc}. Export it again.") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProgressFileError(f"This is not a progress file: it is not valid JSON ({exc}).") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -333,12 +333,23 @@ def export_rows(facts: RoomFacts) -> list[dict[str, Any]]:
     return rows
 
 
+#: a cell starting with one of these is a formula to a spreadsheet (``=HYPERLINK(...)`` in a name)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """``value`` safe for a spreadsheet: a text that would start a formula gets a leading ``'``."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return "" if value is None else value
+
+
 def export_csv(facts: RoomFacts) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=EXPORT_FIELDS, lineterminator="\n")
     writer.writeheader()
     for row in export_rows(facts):
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        writer.writerow({k: csv_cell(v) for k, v in row.items()})
     return buf.getvalue()
 
 

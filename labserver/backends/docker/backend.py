@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,8 @@ import docker.errors
 
 from labserver import clock
 from labserver.backends.base import (
+    MAX_ARCHIVE_BYTES,
+    MAX_READ_BYTES,
     BackendError,
     CheckRaw,
     CheckRequest,
@@ -47,11 +50,13 @@ from labserver.backends.base import (
     PathRefused,
     ProgressCallback,
     ProvisionError,
+    TooBig,
+    WorkspaceFull,
     backoff,
     safe_relpath,
 )
 from labserver.backends.docker import config as dc
-from labserver.backends.docker import files, grader
+from labserver.backends.docker import disk, files, grader
 from labserver.backends.docker.engines import ENGINE_ERRORS, Engines, nodes_from_settings
 from labserver.backends.docker.scheduler import Node, Placement
 from labserver.backends.docker.state import DockerState
@@ -60,6 +65,8 @@ from labserver.backends.docker.warmpool import WarmPool
 from labserver.config import Settings
 
 __all__ = ["ENGINE_ERRORS", "DockerBackend", "nodes_from_settings"]
+
+log = logging.getLogger(__name__)
 
 
 class DockerBackend:
@@ -77,9 +84,24 @@ class DockerBackend:
         self.engines = Engines(
             self.cfg, nodes if nodes is not None else nodes_from_settings(self.cfg), self.prefix
         )
+        self.engines.disks_dir = settings.data_dir / "disks"
+        if self.cfg.workspace_mb:
+            for node in self.engines.configured:
+                reason = disk.why_not(node.url, self.cfg.workspace_mb)
+                if reason:
+                    log.warning("workspaces on %s have no size limit: %s", node.name, reason)
         #: warm containers per event (:meth:`prepare_event` configures it; ``create`` claims first)
         self.warm_pool = WarmPool(self.engines)
         self._env_locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def workspace_mb(self) -> int:
+        """The workspace size limit in MB when this server's volumes get one (disk.py), else 0."""
+        if not self.cfg.workspace_mb or any(
+            disk.why_not(n.url, self.cfg.workspace_mb) for n in self.engines.configured
+        ):
+            return 0
+        return self.cfg.workspace_mb
 
     def _lock(self, env_id: str) -> asyncio.Lock:
         return self._env_locks.setdefault(env_id, asyncio.Lock())
@@ -213,6 +235,7 @@ class DockerBackend:
                 first=0.1,
                 retry_on=(docker.errors.APIError,),
             )
+            await self.engines.drop_disk(volume)
         except ENGINE_ERRORS as exc:
             raise BackendError(
                 f"The lab machine {ref.node} does not answer; try again.", reason="engine-down", log=repr(exc)
@@ -373,9 +396,11 @@ class DockerBackend:
         rel = safe_relpath(path)
         if not rel:
             raise IsADirectoryError(path)
-        result = await self._sh(ref, files.READ, files.abs_path(rel))
+        result = await self._sh(ref, files.READ, files.abs_path(rel), str(MAX_READ_BYTES))
         if result.exit_code == 1 and b"Permission denied" in result.stderr:
             raise PermissionError(rel)
+        if result.exit_code == files.EXIT_TOO_BIG:
+            raise TooBig(rel, int(result.stderr.strip() or 0), MAX_READ_BYTES)
         self._raise_for(result, rel)
         return result.stdout
 
@@ -391,6 +416,10 @@ class DockerBackend:
             )
         except docker.errors.NotFound as exc:
             raise EnvironmentGone() from exc
+        except docker.errors.APIError as exc:
+            if files.NO_SPACE in str(exc).lower():
+                raise WorkspaceFull(self.workspace_mb) from exc
+            raise
         except ENGINE_ERRORS as exc:
             raise EnvironmentGone(
                 f"The lab machine {ref.node} does not answer.", reason="engine-down"
@@ -400,6 +429,8 @@ class DockerBackend:
         result = await self._sh(
             ref, files.MOVE_INTO_PLACE, files.abs_path(rel), f"{dc.WORKSPACE}/{files.TMP_DIR}/{tmp_name}"
         )
+        if result.exit_code and files.NO_SPACE in result.stderr.decode(errors="replace").lower():
+            raise WorkspaceFull(self.workspace_mb)
         self._raise_for(result, rel)
 
     async def reset_lab(self, ref: EnvRef, lab: LabSeed, backup_name: str) -> str:
@@ -424,7 +455,7 @@ class DockerBackend:
             stream, _ = await self.engines.run(
                 self.engines.client(ref.node).api.get_archive, ref.infra_id, resolved
             )
-            raw = await self.engines.run(lambda: b"".join(stream))
+            raw = await self.engines.run(files.read_capped, stream, MAX_ARCHIVE_BYTES, rel)
         except docker.errors.NotFound as exc:
             raise FileNotFoundError(rel) from exc
         arc_root = resolved.rstrip("/").rsplit("/", 1)[-1] or "workspace"

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
@@ -36,9 +38,11 @@ from labserver.backends.base import (
     backoff,
 )
 from labserver.backends.docker import config as dc
-from labserver.backends.docker import files
+from labserver.backends.docker import disk, files
 from labserver.backends.docker.scheduler import Node, NoRoom, Placement, Running, Usage, load_nodes, place
 from labserver.config import DockerSettings
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ENGINE_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
@@ -71,6 +75,8 @@ class Engines:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="docker")
         self._place_lock = asyncio.Lock()
         self._reserved: dict[str, Running] = {}  # placed, container not made yet
+        #: where workspace images go when ``cfg.workspace_mb`` limits volumes (disk.py); None: never
+        self.disks_dir: Path | None = None
 
     # -- clients and threads -----------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -273,13 +279,39 @@ class Engines:
         config = dc.make_container_config(
             spec, self.cfg, placement, name=name, volume=volume, role=role, prefix=self.prefix
         )
-        await self.run(client.volumes.create, name=volume, labels=dc.volume_labels(spec, prefix=self.prefix))
+        opts = await self._disk_opts(placement.node, volume)
+        await self.run(
+            client.volumes.create,
+            name=volume,
+            driver="local",
+            driver_opts=opts,
+            labels=dc.volume_labels(spec, prefix=self.prefix),
+        )
         try:
             return await self.run(client.containers.create, **config)
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: a concurrent create won; use that one
                 raise
             return await self.run(client.containers.get, config["name"])
+
+    async def _disk_opts(self, node: Node, volume: str) -> dict[str, str] | None:
+        """A size-limited file system for ``volume`` when it can be had (disk.py), else None."""
+        if self.disks_dir is None or disk.why_not(node.url, self.cfg.workspace_mb):
+            return None
+        try:
+            return await asyncio.to_thread(disk.prepare, self.disks_dir, volume, self.cfg.workspace_mb)
+        except OSError as exc:  # no free loop device, ...: a plain volume, and the operator is told
+            log.warning("workspace %s has no size limit: %s", volume, exc)
+            return None
+
+    async def drop_disk(self, volume: str) -> None:
+        """After ``volume`` is removed: detach and delete its image, if it had one."""
+        if self.disks_dir is None:
+            return
+        try:
+            await asyncio.to_thread(disk.release, self.disks_dir, volume)
+        except OSError as exc:
+            log.warning("could not release the image of %s: %s", volume, exc)
 
     async def bring_up(
         self, container: Any, node: str, labs: Sequence[LabSeed], say: ProgressCallback = _quiet

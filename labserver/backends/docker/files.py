@@ -9,19 +9,27 @@ import io
 import tarfile
 import time
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 
-from labserver.backends.base import FileEntry, PathRefused, safe_relpath
+from labserver.backends.base import FileEntry, PathRefused, TooBig, safe_relpath
 from labserver.backends.docker import config as dc
 
 HIDDEN = {".backups", ".labserver-tmp", ".labserver-env.json"}
 TMP_DIR = ".labserver-tmp"
 MAX_ENTRIES = 5000
-EXIT_REFUSED, EXIT_MISSING, EXIT_ISDIR = 3, 4, 5
+EXIT_REFUSED, EXIT_MISSING, EXIT_ISDIR, EXIT_TOO_BIG = 3, 4, 5, 6
+NO_SPACE = "no space left on device"  # ENOSPC as the engine and the shell word it
 
 _CHECK = 'case "$p" in /workspace/*) ;; *) exit 3;; esac; '
 
-READ = 'p=$(realpath -e -- "$1" 2>/dev/null) || exit 4; ' + _CHECK + '[ -d "$p" ] && exit 5; exec cat -- "$p"'
+# $2 = the largest size read (stat first: a bigger file is never sent; its size goes to stderr)
+READ = (
+    'p=$(realpath -e -- "$1" 2>/dev/null) || exit 4; '
+    + _CHECK
+    + '[ -d "$p" ] && exit 5; s=$(stat -c %s -- "$p") || exit 4; '
+    '[ "$s" -gt "$2" ] && { echo "$s" >&2; exit 6; }; exec head -c "$2" -- "$p"'
+)
 
 RESOLVE = (
     'p=$(realpath -e -- "$1" 2>/dev/null) || exit 4; [ "$p" = /workspace ] && { echo "$p"; exit 0; }; '
@@ -120,6 +128,20 @@ def file_tar(name: str, data: bytes) -> bytes:
         info.size, info.mode, info.uid, info.gid, info.mtime = len(data), 0o644, 1000, 1000, int(time.time())
         tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def read_capped(stream: Iterable[bytes], limit: int, rel: str) -> bytes:
+    """The chunks of ``stream`` joined, raising :class:`TooBig` as soon as they pass ``limit``
+    (a tar of a folder holding a 2 GiB file is never held whole)."""
+    buf = bytearray()
+    for chunk in stream:
+        buf += chunk
+        if len(buf) > limit:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+            raise TooBig(f"The folder {rel}", len(buf), limit)
+    return bytes(buf)
 
 
 def tar_to_zip(raw: bytes, arc_root: str) -> bytes:

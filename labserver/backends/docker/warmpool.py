@@ -157,5 +157,6 @@ class WarmPool:
             for v in volumes:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     await self.engines.run(client.api.remove_volume, v)
+                    await self.engines.drop_disk(v)
             removed += 1
         return removed

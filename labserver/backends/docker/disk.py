@@ -1,0 +1,83 @@
+"""A size limit for each environment's workspace volume (issue 13 item 10).
+
+Docker's own ``--storage-opt size=`` needs overlay2 on XFS with project quotas, and a volume has no
+size at all. What works on an ext4 host (the project's machines: overlay2 on extfs) and keeps the
+workspace across container and server restarts: each workspace volume is an ext4 file system in a
+sparse image file ``<disks_dir>/<volume>.img`` of ``LABSERVER_DOCKER__WORKSPACE_MB``, attached to a
+loop device by the server and given to Docker as a ``local`` volume with ``type=ext4,device=/dev/loopN``
+(Docker's local driver has no ``o=loop``). A full workspace is ENOSPC inside the container (the
+shell says "No space left on device"; the editor answers 507 with the size).
+
+Needs: the engine on this machine (``unix://`` socket; a remote node's images would live on that
+node), a root server (``losetup``, ``mkfs.ext4``), free loop devices. Otherwise, or with
+``workspace_mb = 0``, volumes are plain (no limit) and :func:`why_not` says why at start. After a
+reboot of the host the loop devices are gone and such a container cannot start until its image is
+attached again (not automatic yet: docs/backends.md)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+LOCAL_SOCKET = "unix:///var/run/docker.sock"
+
+
+def why_not(host: str, workspace_mb: int) -> str:
+    """Empty when per-volume size limits work for ``host``; else the reason they are off."""
+    if workspace_mb <= 0:
+        return "LABSERVER_DOCKER__WORKSPACE_MB is 0"
+    if host != LOCAL_SOCKET:
+        return f"the engine {host} is not on this machine"
+    if os.geteuid() != 0:
+        return "the server is not root (losetup)"
+    missing = [t for t in ("losetup", "mkfs.ext4") if shutil.which(t) is None]
+    if missing:
+        return f"{', '.join(missing)} not found"
+    if not Path("/dev/loop-control").exists():
+        return "no /dev/loop-control"
+    return ""
+
+
+def _run(*args: str) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise OSError(f"{' '.join(args)}: {done.stderr.strip() or done.returncode}")
+    return done.stdout.strip()
+
+
+def image_path(disks_dir: Path, volume: str) -> Path:
+    return disks_dir / f"{volume}.img"
+
+
+def attached_device(image: Path) -> str:
+    """The loop device ``image`` is attached to, or ''."""
+    out = _run("losetup", "-j", str(image))
+    return out.split(":", 1)[0] if out else ""
+
+
+def prepare(disks_dir: Path, volume: str, size_mb: int) -> dict[str, str]:
+    """Make (once) the image of ``volume`` and attach it; returns the volume's ``driver_opts``."""
+    disks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    image = image_path(disks_dir, volume)
+    if not image.exists():
+        tmp = image.with_suffix(".new")
+        with open(tmp, "wb") as f:
+            f.truncate(size_mb * 1024 * 1024)
+        # owned by the attendee's uid in the container; no blocks reserved for root
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=1000:1000", str(tmp))
+        tmp.rename(image)
+    device = attached_device(image) or _run("losetup", "-f", "--show", str(image))
+    return {"type": "ext4", "device": device}
+
+
+def release(disks_dir: Path, volume: str) -> None:
+    """Detach and delete the image of ``volume`` (after the volume is removed); nothing if none."""
+    image = image_path(disks_dir, volume)
+    if not image.exists():
+        return
+    device = attached_device(image)
+    if device:
+        _run("losetup", "-d", device)
+    image.unlink(missing_ok=True)
