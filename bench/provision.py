@@ -1,6 +1,7 @@
 """Provisioning figures: join -> usable terminal, a crowd joining at once, check overhead, idle memory.
 
-    .venv/bin/python bench/provision.py [--n 10] [--crowd 30] [--skip-local] [--skip-docker]
+    .venv/bin/python bench/provision.py [--n 10] [--crowd 30] [--cpus 0.25] [--memory-mb 256]
+                                        [--skip-local] [--skip-docker] [--skip-cold]
 
 "Usable terminal" = ``create()`` returned, ``terminal()`` opened and an ``echo`` came back. Docker
 runs use a name prefix of their own (``lsbench``) and remove everything they made. Figures depend
@@ -79,6 +80,10 @@ async def check_overhead(backend: Any, spec: EnvSpec, checker: Path, n: int) -> 
     return out
 
 
+#: limits of every bench environment (``--cpus``, ``--memory-mb``)
+LIMITS = {"cpus": 0.25, "memory_mb": 256}
+
+
 def make_specs(run: str, count: int, starter: Path, image: str, event: int = 1) -> list[EnvSpec]:
     return [
         EnvSpec(
@@ -87,8 +92,8 @@ def make_specs(run: str, count: int, starter: Path, image: str, event: int = 1) 
             attendee_id=i,
             labs=(LabSeed("lab", starter),),
             image=image,
-            cpus=0.25,
-            memory_mb=256,
+            cpus=LIMITS["cpus"],
+            memory_mb=int(LIMITS["memory_mb"]),
             pids=128,
         )
         for i in range(count)
@@ -171,7 +176,11 @@ async def main() -> None:
     parser.add_argument("--skip-local", action="store_true")
     parser.add_argument("--skip-docker", action="store_true")
     parser.add_argument("--skip-cold", action="store_true", help="docker: only the warm pool")
+    parser.add_argument("--cpus", type=float, default=0.25, help="CPU limit of each environment")
+    parser.add_argument("--memory-mb", type=int, default=256, help="memory limit of each environment")
     args = parser.parse_args()
+    LIMITS.update(cpus=args.cpus, memory_mb=args.memory_mb)
+    print(f"limits per environment: {args.cpus:g} CPU, {args.memory_mb} MiB")
     run = uuid.uuid4().hex[:6]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -201,8 +210,8 @@ async def main() -> None:
                 "bench",
                 "unix:///var/run/docker.sock",
                 cpus=os.cpu_count() or 2,
-                memory_mb=16384,
-                cpu_overcommit=32,
+                memory_mb=1_000_000,  # speed, not admission: every limit fits (other servers' too)
+                cpu_overcommit=1000,
             )
             backend = DockerBackend(settings, prefix=prefix, nodes=[node])
             try:

@@ -206,6 +206,7 @@ class DockerBackend:
         try:
             for ident in dict.fromkeys((ref.infra_id, name)):
                 await remove(client.api.remove_container, ident)
+            self.engines.forget(ref.infra_id)
             # a volume is "in use" (409) until the container's removal has finished
             await backoff(
                 lambda: remove(client.api.remove_volume, volume),

@@ -154,6 +154,7 @@ class WarmPool:
             volumes = [m["Name"] for m in container.attrs.get("Mounts", []) if m.get("Name")]
             with contextlib.suppress(docker.errors.NotFound):
                 await self.engines.run(container.remove, force=True)
+            self.engines.forget(container.id)
             for v in volumes:
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     await self.engines.run(client.api.remove_volume, v)

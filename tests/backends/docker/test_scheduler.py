@@ -16,7 +16,7 @@ from labserver.backends.docker.scheduler import (
     place,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CPU = Node("cpu", "unix:///a.sock", kind="cpu", cpus=2, memory_mb=4096, cpu_overcommit=1)
 NPU = Node("npu", "tcp://npu:2376", kind="npu", cpus=64, memory_mb=65536, cards=(0, 1))
 SIM = Node("sim", "unix:///b.sock", kind="npu-simulated", cpus=8, memory_mb=16384, cards=(0, 1))
