@@ -71,6 +71,9 @@ class EventPatch(BaseModel):
     ends_at: dt.datetime | None = None
     backend: str | None = None
     image: str | None = Field(default=None, max_length=200)
+    warm_pool: int | None = (
+        None  # ready environments for the event (expected head count); null = server default
+    )
 
 
 class StatusIn(BaseModel):
