@@ -180,6 +180,14 @@ class RevealPublic(_Out):
     files: list[str]
 
 
+class StopAllPublic(_Out):
+    """What "stop all environments" did: the environments stopped (each also published
+    ``env.state`` = ``stopped``) and those that could not be stopped, with why."""
+
+    stopped: list[str]
+    failed: dict[str, str] = {}
+
+
 # -- labs, steps, progress --------------------------------------------------------------------------
 class TalkPublic(_Out):
     title: str
