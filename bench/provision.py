@@ -121,6 +121,7 @@ async def bench_backend(
     )
     line(f"join -> usable terminal, {crowd} at once", list(many))
     print(f"  {'all ' + str(crowd) + ' usable after':<44} {time.monotonic() - t0:7.3f} s")
+    engine_figures(backend)
     if idle_memory is not None:
         await idle_memory()
     await destroy_created(backend)
@@ -128,6 +129,21 @@ async def bench_backend(
         "check round trip (trivial checker)",
         await check_overhead(backend, make_specs(f"{run}k", 1, starter, image)[0], checker, n),
     )
+
+
+def engine_figures(backend: Any) -> None:
+    """Docker: the per-engine slot waits and how often placement listed the engine."""
+    engines = getattr(backend, "engines", None)
+    if engines is None or not hasattr(engines, "engine_stats"):
+        return
+    for name, st in engines.engine_stats().items():
+        slots = st["slots"]
+        if slots:
+            print(
+                f"  engine {name}: {slots['limit']} create/start at once, {slots['waits']} of {slots['calls']}"
+                f" calls waited, {slots['wait_s_total']:.1f} s in total, longest {slots['wait_s_max']:.2f} s"
+            )
+    print(f"  placement listed the engine {engines.book.rebuilds} time(s) so far")
 
 
 async def idle_memory_docker(backend: Any, prefix: str) -> None:
@@ -165,6 +181,7 @@ async def bench_warm(backend: Any, starter: Path, image: str, n: int, crowd: int
         else:
             times = list(await asyncio.gather(*(join_to_terminal(backend, s) for s in specs)))
         line(f"join -> usable terminal, {label}", times)
+        engine_figures(backend)
         await destroy_created(backend)
     await pool.drain(event)
 
@@ -178,6 +195,9 @@ async def main() -> None:
     parser.add_argument("--skip-cold", action="store_true", help="docker: only the warm pool")
     parser.add_argument("--cpus", type=float, default=0.25, help="CPU limit of each environment")
     parser.add_argument("--memory-mb", type=int, default=256, help="memory limit of each environment")
+    parser.add_argument(
+        "--engine-concurrency", type=int, default=0, help="docker: create/start at once (0: setting)"
+    )
     args = parser.parse_args()
     LIMITS.update(cpus=args.cpus, memory_mb=args.memory_mb)
     print(f"limits per environment: {args.cpus:g} CPU, {args.memory_mb} MiB")
@@ -201,7 +221,11 @@ async def main() -> None:
 
             image = images.build_cpu_emu().tag
             prefix = f"lsbench{run}"
-            settings = Settings(data_dir=root / "docker", docker=DockerSettings(image=image))
+            docker_cfg = DockerSettings(image=image)
+            if args.engine_concurrency:
+                docker_cfg = DockerSettings(image=image, engine_concurrency=args.engine_concurrency)
+            print(f"engine concurrency: {docker_cfg.engine_concurrency}")
+            settings = Settings(data_dir=root / "docker", docker=docker_cfg)
             import os
 
             from labserver.backends.docker.scheduler import Node

@@ -459,6 +459,13 @@ class DockerBackend:
         with contextlib.suppress(docker.errors.NotFound):
             await self.engines.run(container.remove, force=True)
 
+    def engine_stats(self) -> dict[str, Any]:
+        """Per engine (node name of each distinct engine): ``slots`` = create/start calls bounded by
+        ``LABSERVER_DOCKER__ENGINE_CONCURRENCY`` (``limit``, ``in_use`` and ``waiting`` now; ``calls``,
+        ``waits``, ``wait_s_total``, ``wait_s_max`` since start) and ``usage`` = what placement
+        counts (``count``, ``cpus``, ``memory_mb``, ``cards``). Cheap, no engine call: for metrics."""
+        return self.engines.engine_stats()
+
     async def aclose(self) -> None:
         """Close the engine clients and the thread pool."""
         self.engines.close()
