@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from sqlmodel import Session, select
@@ -27,6 +28,7 @@ from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, get_row, ref_of, set_state
 
 REVEAL_DIR = ".solution"
+log = logging.getLogger(__name__)
 
 
 async def restart(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
@@ -119,6 +121,10 @@ async def stop_all(ctx: AppContext, *, event_id: int) -> tuple[list[str], dict[s
                 await backend.stop(ref)
             except BackendError as exc:
                 failed[env_id] = exc.message
+                return
+            except Exception as exc:  # noqa: BLE001 - one engine error must not leave the rest running
+                log.warning("stop all: %s could not be stopped: %r", env_id, exc)
+                failed[env_id] = "The lab machine did not stop it; try again."
                 return
         with Session(ctx.engine, expire_on_commit=False) as session:
             row = session.get(Environment, env_id)

@@ -118,3 +118,23 @@ def test_the_dashboard_has_the_button_with_a_confirmation_in_both_languages(tmp_
     assert "停止全部环境" in zh and 'id="warm-size"' in zh
     strings = json.loads(zh.split('id="i-strings">', 1)[1].split("</script>", 1)[0])
     assert strings["confirm_stop_all"].startswith("要停止本活动的全部环境吗")
+
+
+class OneFailsLocal(StoppableLocal):
+    """The stoppable local backend whose engine refuses to stop one environment."""
+
+    async def stop(self, ref: EnvRef) -> None:
+        if ref.env_id.endswith("-at1"):
+            raise OSError("engine said no")
+        await super().stop(ref)
+
+
+def test_one_environment_that_will_not_stop_does_not_keep_the_others_running(tmp_path: Path) -> None:
+    app = create_app(settings_for(tmp_path))
+    ctx = app.state.ctx
+    ctx.backend = OneFailsLocal(ctx.settings)
+    event, people = start_room(ctx, 3, "ONEFAIL")
+    stopped, failed = asyncio.run(stop_all(ctx, event_id=event.id))
+    stuck = f"ev{event.id}-at1"
+    assert list(failed) == [stuck] and "try again" in failed[stuck] and len(stopped) == 2
+    assert states(ctx, event.id)[stuck][0] == EnvState.ready  # not claimed as stopped

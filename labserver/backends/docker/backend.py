@@ -174,6 +174,7 @@ class DockerBackend:
         except docker.errors.NotFound:
             return st(EnvState.stopped, "The container is gone.")
         except (docker.errors.DockerException, *ENGINE_ERRORS):
+            self.engines.engine_failed(ref.node)  # when it answers again, usage is re-read from labels
             return st(EnvState.failed, f"The lab machine {ref.node} does not answer.")
         state = container.attrs.get("State", {})
         if container.status == "running":

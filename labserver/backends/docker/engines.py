@@ -201,6 +201,11 @@ class Engines:
         an engine's entries are rebuilt from labels when due)."""
         return await self.book.usage(self.engines())
 
+    def engine_failed(self, node: str) -> None:
+        """A call to ``node``'s engine failed: re-read its usage from labels at the next decision."""
+        with contextlib.suppress(EnvironmentGone):
+            self.book.mark_stale(self.engine_of(node))
+
     def forget(self, container_id: str) -> None:
         """A container was removed: its CPU, memory and card are free for the next placement."""
         self.book.remove(container_id)
@@ -278,7 +283,7 @@ class Engines:
             container = await self._make(spec, placement, role=role, name=name, volume=volume, say=say)
             self.book.add(self.engine_of(node), container.id, self._reserved[spec.env_id])
         except ENGINE_ERRORS:
-            self.book.mark_stale(self.engine_of(node))  # it comes back: count from its labels again
+            self.engine_failed(node)  # it comes back: count from its labels again
             raise
         finally:
             self._reserved.pop(spec.env_id, None)
