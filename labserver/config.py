@@ -48,7 +48,7 @@ class DockerSettings(BaseModel):
     pids: int = 256
     warm_pool: int = 0
     idle_cull_minutes: float = 0.0
-    engine_concurrency: int = Field(default=4, ge=1, le=256)  # create/start calls at once per engine
+    engine_concurrency: int = Field(default=8, ge=1, le=256)  # create/start calls at once per engine
     usage_resync_s: float = Field(default=60.0, gt=0)  # placement usage re-read from labels this often
     name_prefix: str = "labserver"  # containers are <prefix>-<env id>; servers sharing an engine differ
 
