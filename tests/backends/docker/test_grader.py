@@ -19,7 +19,7 @@ from labserver.models import CheckStatus
 
 pytestmark = pytest.mark.docker
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LAB = REPO / "labs" / "getting-started"
 CHECKER = LAB / "checks" / "04_implement_rmsnorm.py"
 PASS = json.dumps({"passed": True, "message": "forged", "hints": [], "metrics": {}})
