@@ -1,6 +1,7 @@
 """Provisioning figures: join -> usable terminal, a crowd joining at once, check overhead, idle memory.
 
-    .venv/bin/python bench/provision.py [--n 10] [--crowd 30] [--skip-local] [--skip-docker]
+    .venv/bin/python bench/provision.py [--n 10] [--crowd 30] [--cpus 0.25] [--memory-mb 256]
+                                        [--skip-local] [--skip-docker] [--skip-cold]
 
 "Usable terminal" = ``create()`` returned, ``terminal()`` opened and an ``echo`` came back. Docker
 runs use a name prefix of their own (``lsbench``) and remove everything they made. Figures depend
@@ -79,6 +80,10 @@ async def check_overhead(backend: Any, spec: EnvSpec, checker: Path, n: int) -> 
     return out
 
 
+#: limits of every bench environment (``--cpus``, ``--memory-mb``)
+LIMITS = {"cpus": 0.25, "memory_mb": 256}
+
+
 def make_specs(run: str, count: int, starter: Path, image: str, event: int = 1) -> list[EnvSpec]:
     return [
         EnvSpec(
@@ -87,8 +92,8 @@ def make_specs(run: str, count: int, starter: Path, image: str, event: int = 1) 
             attendee_id=i,
             labs=(LabSeed("lab", starter),),
             image=image,
-            cpus=0.25,
-            memory_mb=256,
+            cpus=LIMITS["cpus"],
+            memory_mb=int(LIMITS["memory_mb"]),
             pids=128,
         )
         for i in range(count)
@@ -116,6 +121,7 @@ async def bench_backend(
     )
     line(f"join -> usable terminal, {crowd} at once", list(many))
     print(f"  {'all ' + str(crowd) + ' usable after':<44} {time.monotonic() - t0:7.3f} s")
+    engine_figures(backend)
     if idle_memory is not None:
         await idle_memory()
     await destroy_created(backend)
@@ -123,6 +129,21 @@ async def bench_backend(
         "check round trip (trivial checker)",
         await check_overhead(backend, make_specs(f"{run}k", 1, starter, image)[0], checker, n),
     )
+
+
+def engine_figures(backend: Any) -> None:
+    """Docker: the per-engine slot waits and how often placement listed the engine."""
+    engines = getattr(backend, "engines", None)
+    if engines is None or not hasattr(engines, "engine_stats"):
+        return
+    for name, st in engines.engine_stats().items():
+        slots = st["slots"]
+        if slots:
+            print(
+                f"  engine {name}: {slots['limit']} create/start at once, {slots['waits']} of {slots['calls']}"
+                f" calls waited, {slots['wait_s_total']:.1f} s in total, longest {slots['wait_s_max']:.2f} s"
+            )
+    print(f"  placement listed the engine {engines.book.rebuilds} time(s) so far")
 
 
 async def idle_memory_docker(backend: Any, prefix: str) -> None:
@@ -160,6 +181,7 @@ async def bench_warm(backend: Any, starter: Path, image: str, n: int, crowd: int
         else:
             times = list(await asyncio.gather(*(join_to_terminal(backend, s) for s in specs)))
         line(f"join -> usable terminal, {label}", times)
+        engine_figures(backend)
         await destroy_created(backend)
     await pool.drain(event)
 
@@ -171,7 +193,14 @@ async def main() -> None:
     parser.add_argument("--skip-local", action="store_true")
     parser.add_argument("--skip-docker", action="store_true")
     parser.add_argument("--skip-cold", action="store_true", help="docker: only the warm pool")
+    parser.add_argument("--cpus", type=float, default=0.25, help="CPU limit of each environment")
+    parser.add_argument("--memory-mb", type=int, default=256, help="memory limit of each environment")
+    parser.add_argument(
+        "--engine-concurrency", type=int, default=0, help="docker: create/start at once (0: setting)"
+    )
     args = parser.parse_args()
+    LIMITS.update(cpus=args.cpus, memory_mb=args.memory_mb)
+    print(f"limits per environment: {args.cpus:g} CPU, {args.memory_mb} MiB")
     run = uuid.uuid4().hex[:6]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -192,7 +221,11 @@ async def main() -> None:
 
             image = images.build_cpu_emu().tag
             prefix = f"lsbench{run}"
-            settings = Settings(data_dir=root / "docker", docker=DockerSettings(image=image))
+            docker_cfg = DockerSettings(image=image)
+            if args.engine_concurrency:
+                docker_cfg = DockerSettings(image=image, engine_concurrency=args.engine_concurrency)
+            print(f"engine concurrency: {docker_cfg.engine_concurrency}")
+            settings = Settings(data_dir=root / "docker", docker=docker_cfg)
             import os
 
             from labserver.backends.docker.scheduler import Node
@@ -201,8 +234,8 @@ async def main() -> None:
                 "bench",
                 "unix:///var/run/docker.sock",
                 cpus=os.cpu_count() or 2,
-                memory_mb=16384,
-                cpu_overcommit=32,
+                memory_mb=1_000_000,  # speed, not admission: every limit fits (other servers' too)
+                cpu_overcommit=1000,
             )
             backend = DockerBackend(settings, prefix=prefix, nodes=[node])
             try:

@@ -31,6 +31,7 @@ from labserver.services import workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
 from labserver.services.lifecycle import housekeeping
+from labserver.services.warming import start_warming
 from labserver.terminals import TerminalHub
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             except BackendError as exc:
                 log.error("could not reconcile environments: %s (%s)", exc.message, exc.log)
         task = asyncio.ensure_future(housekeeping(ctx))
+        start_warming(ctx)  # open events' pools fill now, not at the first housekeeping tick
         app.state.ready = True
         try:
             yield

@@ -41,11 +41,15 @@ class DockerSettings(BaseModel):
     hosts: list[str] = Field(default_factory=lambda: ["unix:///var/run/docker.sock"])
     nodes_file: Path | None = None
     image: str = "labserver/cpu-emu"
-    cpus: float = 1.0
-    memory_mb: int = 2048
+    # limits of every attendee container; None = the largest `requires` of the event's labs
+    # (labserver/services/env_spec.py has the rules)
+    cpus: float | None = Field(default=None, gt=0, le=256)
+    memory_mb: int | None = Field(default=None, ge=128)
     pids: int = 256
     warm_pool: int = 0
     idle_cull_minutes: float = 0.0
+    engine_concurrency: int = Field(default=8, ge=1, le=256)  # create/start calls at once per engine
+    usage_resync_s: float = Field(default=60.0, gt=0)  # placement usage re-read from labels this often
     name_prefix: str = "labserver"  # containers are <prefix>-<env id>; servers sharing an engine differ
     workspace_mb: int = Field(default=0, ge=0, le=1_000_000)  # workspace size limit (0: none; disk.py)
 

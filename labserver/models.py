@@ -37,6 +37,8 @@ class Event(SQLModel, table=True):
     ends_at: dt.datetime | None = None
     backend: str = Field(default="", max_length=32)  # "" = the server's default backend
     image: str = Field(default="", max_length=200)
+    # ready environments kept for the event (its expected head count); None = DOCKER__WARM_POOL
+    warm_pool: int | None = None
     # pacing: {lab_id: number of unlocked steps}; a lab absent from the map is fully unlocked
     pace: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     selfpaced: bool = False

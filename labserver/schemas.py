@@ -94,6 +94,7 @@ class EventPublic(_Out):
     pace: dict[str, int]
     selfpaced: bool
     attendees: int = 0
+    warm_pool: int | None = None  # None: the server's LABSERVER_DOCKER__WARM_POOL
 
     @classmethod
     def of(cls, event: Event, attendees: int = 0) -> EventPublic:
@@ -108,6 +109,7 @@ class EventPublic(_Out):
             ends_at=_iso(event.ends_at),
             backend=event.backend,
             image=event.image,
+            warm_pool=event.warm_pool,
             pace=dict(event.pace),
             selfpaced=event.selfpaced,
             attendees=attendees,
@@ -176,6 +178,14 @@ class RestartedPublic(EnvironmentPublic):
 class RevealPublic(_Out):
     status: str = "revealed"
     files: list[str]
+
+
+class StopAllPublic(_Out):
+    """What "stop all environments" did: the environments stopped (each also published
+    ``env.state`` = ``stopped``) and those that could not be stopped, with why."""
+
+    stopped: list[str]
+    failed: dict[str, str] = {}
 
 
 # -- labs, steps, progress --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from labserver.schemas import (
     PacePublic,
     ResetPublic,
     RevealPublic,
+    StopAllPublic,
     StuckPublic,
     SummaryPublic,
     json_file,
@@ -71,6 +72,9 @@ class EventPatch(BaseModel):
     ends_at: dt.datetime | None = None
     backend: str | None = None
     image: str | None = Field(default=None, max_length=200)
+    warm_pool: int | None = (
+        None  # ready environments for the event (expected head count); null = server default
+    )
 
 
 class StatusIn(BaseModel):
@@ -404,6 +408,22 @@ async def env_recreate(env_id: str, ctx: Ctx, session: SessionDep) -> Environmen
     event, attendee = _env_owner(session, env_id)
     await env_admin.recreate(ctx, session, event=event, attendee=attendee)
     return EnvironmentPublic.of(get_row(session, attendee))
+
+
+@router.post(
+    "/events/{event_id}/stop-all",
+    response_model=StopAllPublic,
+    responses={409: {"model": ErrorPublic, "description": "The backend cannot stop environments"}},
+)
+async def stop_all(event_id: int, ctx: Ctx) -> StopAllPublic:
+    """Stop every environment of the event (workspaces kept); each restarts on its attendee's next action."""
+    with Session(ctx.engine) as session:  # closed before the backend works
+        get_event(session, event_id)
+    try:
+        stopped, failed = await env_admin.stop_all(ctx, event_id=event_id)
+    except env_admin.NotStoppable as exc:
+        raise HTTPException(409, str(exc)) from exc
+    return StopAllPublic(stopped=stopped, failed=failed)
 
 
 @router.post("/events/{event_id}/attendees/{attendee_id}/reveal", response_model=RevealPublic)

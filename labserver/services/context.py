@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -26,6 +27,10 @@ class AppContext:
     env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     file_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    #: the server's event loop once it runs (services/warming.py hands work to it from threads)
+    loop: asyncio.AbstractEventLoop | None = None
+    #: background tasks started by services (kept referenced until done)
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def env_lock(self, env_id: str) -> asyncio.Lock:
         return self.env_locks.setdefault(env_id, asyncio.Lock())

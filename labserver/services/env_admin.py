@@ -8,22 +8,27 @@
 - **reveal** copies the solution files of one step into ``<lab>/.solution/`` of the attendee's
   workspace. A lab has one ``solution/`` folder, so a step's files are those whose path (or file
   name) appears in that step's checker or instructions; when none does, the whole folder is copied.
+- **stop all** (:func:`stop_all`) stops every environment of an event (workspaces kept); each
+  attendee's next action starts theirs again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 
-from sqlmodel import Session
+from sqlmodel import Session, select
 
-from labserver.backends.base import EnvRef, EnvState
+from labserver.backends.base import BackendError, EnvRef, EnvState, Stoppable, transition_allowed
 from labserver.content import Lab, Step
 from labserver.live import Kind
-from labserver.models import Attendee, Event
+from labserver.models import Attendee, Environment, Event
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, get_row, ref_of, set_state
 
 REVEAL_DIR = ".solution"
+log = logging.getLogger(__name__)
 
 
 async def restart(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
@@ -76,3 +81,56 @@ async def reveal(
         Kind.solution_revealed, event.id or 0, attendee.id, lab=lab.id, step=step.id, files=written, by=by
     )
     return written
+
+
+#: what an attendee sees on an environment the instructor stopped
+STOPPED_MESSAGE = "The instructor stopped the environments; yours starts again when you continue."
+STOP_AT_ONCE = 8  # stop calls in flight at once (each is one engine call)
+
+
+class NotStoppable(Exception):
+    """The backend cannot stop environments (only destroy them)."""
+
+
+async def stop_all(ctx: AppContext, *, event_id: int) -> tuple[list[str], dict[str, str]]:
+    """Stop every environment of the event that runs or is starting (any
+    :class:`~labserver.backends.base.Stoppable` backend): close its shells, stop it (workspace
+    kept), store and publish ``stopped`` (reason ``instructor``). The attendee's next action
+    starts it again (``ensure_environment``). Returns (stopped ids, {id: why} for failures).
+
+    No database connection is held while the backend works: rows are read in one short session,
+    and each state is written in its own after that environment's stop returned."""
+    backend = ctx.backend
+    if not isinstance(backend, Stoppable):
+        raise NotStoppable(f"The {backend.name} backend cannot stop environments.")
+    with Session(ctx.engine, expire_on_commit=False) as session:
+        rows = session.exec(select(Environment).where(Environment.event_id == event_id)).all()
+        targets = [
+            (row.id, EnvRef.from_json(row.ref))
+            for row in rows
+            if row.ref and row.state != EnvState.stopped and transition_allowed(row.state, EnvState.stopped)
+        ]
+    slots = asyncio.Semaphore(STOP_AT_ONCE)
+    stopped: list[str] = []
+    failed: dict[str, str] = {}
+
+    async def stop_one(env_id: str, ref: EnvRef) -> None:
+        async with slots:
+            try:
+                await ctx.terminals.close_env(env_id)
+                await backend.stop(ref)
+            except BackendError as exc:
+                failed[env_id] = exc.message
+                return
+            except Exception as exc:  # noqa: BLE001 - one engine error must not leave the rest running
+                log.warning("stop all: %s could not be stopped: %r", env_id, exc)
+                failed[env_id] = "The lab machine did not stop it; try again."
+                return
+        with Session(ctx.engine, expire_on_commit=False) as session:
+            row = session.get(Environment, env_id)
+            if row is not None and transition_allowed(row.state, EnvState.stopped):
+                set_state(ctx, session, row, EnvState.stopped, message=STOPPED_MESSAGE, reason="instructor")
+        stopped.append(env_id)
+
+    await asyncio.gather(*(stop_one(env_id, ref) for env_id, ref in targets))
+    return sorted(stopped), failed

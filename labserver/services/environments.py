@@ -31,6 +31,7 @@ from labserver.backends.base import (
 )
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
+from labserver.services import env_spec
 from labserver.services.context import AppContext
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,12 @@ def spec_for(ctx: AppContext, event: Event, attendee: Attendee) -> EnvSpec:
     assert event.id is not None and attendee.id is not None
     labs = [ctx.catalog.labs[lab_id] for lab_id in event_labs(ctx, event)]
     seeds = tuple(LabSeed(lab.id, lab.starter) for lab in labs)
-    cpus = max([lab.spec.requires.cpus for lab in labs] or [1.0])
-    memory = max([lab.spec.requires.memory_mb for lab in labs] or [2048])
+    limits = env_spec.limits_for(labs, ctx.settings.docker)
+    if limits.short:
+        log.warning("event %s: labs ask more than the server's limits give: %s", event.id, limits.short)
+    conflicts = env_spec.image_conflicts(labs) if not event.image else []
+    if conflicts:
+        log.warning("event %s: labs name different images; set the event's image: %s", event.id, conflicts)
     network = any(lab.spec.requires.network for lab in labs)
     device = "npu" if any(lab.spec.requires.device == "npu" for lab in labs) else "any"
     return EnvSpec(
@@ -64,10 +69,10 @@ def spec_for(ctx: AppContext, event: Event, attendee: Attendee) -> EnvSpec:
         event_id=event.id,
         attendee_id=attendee.id,
         labs=seeds,
-        image=event.image or ctx.settings.docker.image,
+        image=env_spec.image_for(event.image, labs, ctx.settings.docker.image),
         device=device,
-        cpus=cpus,
-        memory_mb=memory,
+        cpus=limits.cpus,
+        memory_mb=limits.memory_mb,
         pids=ctx.settings.docker.pids,
         network=network,
     )

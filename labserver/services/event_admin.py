@@ -14,8 +14,10 @@ from labserver.models import Announcement, Attendee, Event, EventStatus
 from labserver.schemas import AnnouncementPublic, EventPublic
 from labserver.services.context import AppContext
 from labserver.services.events import create_event, normalize_code
+from labserver.services.warming import warm_soon
 
 BACKENDS = ("", "local", "docker", "kubernetes")
+MAX_WARM_POOL = 500
 
 
 class EventError(ValueError):
@@ -90,11 +92,13 @@ def create(
     session.add(event)
     session.commit()
     session.refresh(event)
+    warm_soon(ctx, event.id)  # a new event is open: its pool (if any) fills now
     return event
 
 
 def update(ctx: AppContext, session: Session, event: Event, **fields: Any) -> Event:
-    """Change any of title, labs, code, capacity, starts_at, ends_at, backend, image."""
+    """Change any of title, labs, code, capacity, starts_at, ends_at, backend, image, warm_pool
+    (ready environments kept for the event: its expected head count; None = the server's setting)."""
     merged: dict[str, Any] = {
         "title": event.title,
         "labs": list(event.labs),
@@ -104,6 +108,7 @@ def update(ctx: AppContext, session: Session, event: Event, **fields: Any) -> Ev
         "ends_at": event.ends_at,
     }
     merged.update({k: v for k, v in fields.items() if k in merged})
+    resize = False
     validate(ctx, **merged)
     if "code" in fields and fields["code"] is not None:
         code = normalize_code(fields["code"])
@@ -121,9 +126,17 @@ def update(ctx: AppContext, session: Session, event: Event, **fields: Any) -> Ev
     event.ends_at = merged["ends_at"]
     if "image" in fields and fields["image"] is not None:
         event.image = str(fields["image"]).strip()
+    if "warm_pool" in fields:  # None: back to the server's setting
+        size = fields["warm_pool"]
+        if size is not None and not 0 <= int(size) <= MAX_WARM_POOL:
+            raise EventError(f"The warm pool is 0 to {MAX_WARM_POOL} environments.", field="warm_pool")
+        event.warm_pool = None if size is None else int(size)
+        resize = True
     session.add(event)
     session.commit()
     session.refresh(event)
+    if resize:
+        warm_soon(ctx, event.id)
     return event
 
 
@@ -135,6 +148,7 @@ def set_status(ctx: AppContext, session: Session, event: Event, status: str) -> 
     session.commit()
     session.refresh(event)
     ctx.live.publish(Kind.event_status, event.id or 0, None, status=status)
+    warm_soon(ctx, event.id)  # opened: its pool fills now; closed: emptied
     return event
 
 

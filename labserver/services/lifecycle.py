@@ -8,28 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
-from labserver.backends.base import WarmPooled
-from labserver.models import Attendee, Event, EventStatus
 from labserver.services.context import AppContext
 from labserver.services.culling import cull_idle
-from labserver.services.environments import spec_for
+from labserver.services.warming import warm_open_events
 
 log = logging.getLogger(__name__)
-
-
-async def warm_open_events(ctx: AppContext, session: Session) -> int:
-    """Ask the backend to keep ``DOCKER__WARM_POOL`` ready environments per open event."""
-    backend = ctx.backend
-    if not isinstance(backend, WarmPooled) or ctx.settings.docker.warm_pool <= 0:
-        return 0
-    made = 0
-    for event in session.exec(select(Event).where(Event.status == EventStatus.open)).all():
-        assert event.id is not None
-        template = spec_for(ctx, event, Attendee(id=0, event_id=event.id, name="warm", token_hash=""))
-        made += int(await backend.prepare_event(event.id, template))
-    return made
 
 
 async def housekeeping(ctx: AppContext, every_s: float = 60.0) -> None:
@@ -38,8 +23,8 @@ async def housekeeping(ctx: AppContext, every_s: float = 60.0) -> None:
         await asyncio.sleep(every_s)
         try:
             await ctx.terminals.reap_idle()
+            await warm_open_events(ctx)  # its own short session, closed before the engine works
             with Session(ctx.engine, expire_on_commit=False) as session:
-                await warm_open_events(ctx, session)
                 await cull_idle(ctx, session)
         except Exception:  # keep the loop alive; the next round tries again
             log.exception("housekeeping failed")

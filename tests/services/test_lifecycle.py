@@ -92,5 +92,5 @@ def test_open_events_get_a_warm_pool(tmp_path: Path) -> None:
     ctx = make(tmp_path, warm_pool=2)
     with Session(ctx.engine, expire_on_commit=False) as s:
         event = create_event(s, title="t", labs=["getting-started"], code="WARM")
-        assert asyncio.run(warm_open_events(ctx, s)) == 2
+        assert asyncio.run(warm_open_events(ctx)) == 2
     assert ctx.backend.prepared == [(event.id, 1)]

@@ -329,6 +329,26 @@
       } catch (e) { $('#broadcast-status').textContent = S.failed + ' ' + e.message; }
     });
 
+    // -- environments: warm pool size, stop all ----------------------------------------------------
+    $('#warm-form').addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const v = $('#warm-size').value;
+      try {
+        await api('PATCH', '/api/v1/events/' + eventId, { warm_pool: v === '' ? null : Number(v) });
+        $('#environments-status').textContent = S.saved;
+      } catch (e) { $('#environments-status').textContent = S.failed + ' ' + e.message; }
+    });
+    $('#stop-all').addEventListener('click', async () => {
+      if (!confirm(S.confirm_stop_all)) return;
+      $('#environments-status').textContent = '…';
+      try {
+        const res = await api('POST', '/api/v1/events/' + eventId + '/stop-all');
+        const failed = Object.keys(res.failed || {}).length;
+        $('#environments-status').textContent = fmt(S.stopped_n, { n: res.stopped.length }) +
+          (failed ? ' ' + fmt(S.not_stopped_n, { n: failed }) : '');
+      } catch (e) { $('#environments-status').textContent = S.failed + ' ' + e.message; }
+    });
+
     document.querySelectorAll('.pace-form').forEach((form) => {
       const send = async (value) => {
         try {

@@ -196,6 +196,7 @@ class DockerBackend:
         except docker.errors.NotFound:
             return st(EnvState.stopped, "The container is gone.")
         except (docker.errors.DockerException, *ENGINE_ERRORS):
+            self.engines.engine_failed(ref.node)  # when it answers again, usage is re-read from labels
             return st(EnvState.failed, f"The lab machine {ref.node} does not answer.")
         state = container.attrs.get("State", {})
         if container.status == "running":
@@ -228,6 +229,7 @@ class DockerBackend:
         try:
             for ident in dict.fromkeys((ref.infra_id, name)):
                 await remove(client.api.remove_container, ident)
+            self.engines.forget(ref.infra_id)
             # a volume is "in use" (409) until the container's removal has finished
             await backoff(
                 lambda: remove(client.api.remove_volume, volume),
@@ -488,6 +490,13 @@ class DockerBackend:
         """Remove a container this backend listed (``stale_graders``); gone already is success."""
         with contextlib.suppress(docker.errors.NotFound):
             await self.engines.run(container.remove, force=True)
+
+    def engine_stats(self) -> dict[str, Any]:
+        """Per engine (node name of each distinct engine): ``slots`` = create/start calls bounded by
+        ``LABSERVER_DOCKER__ENGINE_CONCURRENCY`` (``limit``, ``in_use`` and ``waiting`` now; ``calls``,
+        ``waits``, ``wait_s_total``, ``wait_s_max`` since start) and ``usage`` = what placement
+        counts (``count``, ``cpus``, ``memory_mb``, ``cards``). Cheap, no engine call: for metrics."""
+        return self.engines.engine_stats()
 
     async def aclose(self) -> None:
         """Close the engine clients and the thread pool."""

@@ -3,8 +3,9 @@
 :class:`Engines` holds what every part of the Docker backend shares: a client per engine (local
 socket, ``tcp://``, ``ssh://``), a thread pool of its own for the blocking SDK (slow execs must never
 starve the event loop's default executor), the node list with capacity read from ``docker info``,
-listing by label across engines, the usage the scheduler places against, and the placement lock
-with its reservations.
+listing by label across engines, the usage the scheduler places against (kept in memory by
+:class:`~.usage.UsageBook`, rebuilt from labels), the placement lock with its reservations, and the
+per-engine bound on concurrent create / start calls (:class:`~.slots.EngineSlots`).
 
 :meth:`Engines.provision` is the one make / wait-ready / seed path. ``DockerBackend.create`` uses it
 for an attendee's container and :class:`~labserver.backends.docker.warmpool.WarmPool` for a warm one
@@ -40,6 +41,8 @@ from labserver.backends.base import (
 from labserver.backends.docker import config as dc
 from labserver.backends.docker import disk, files
 from labserver.backends.docker.scheduler import Node, NoRoom, Placement, Running, Usage, load_nodes, place
+from labserver.backends.docker.slots import EngineSlots
+from labserver.backends.docker.usage import UsageBook
 from labserver.config import DockerSettings
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,10 @@ class Engines:
         self._reserved: dict[str, Running] = {}  # placed, container not made yet
         #: where workspace images go when ``cfg.workspace_mb`` limits volumes (disk.py); None: never
         self.disks_dir: Path | None = None
+        #: what each engine holds, in memory (placement lists nothing; rebuilt from labels when due)
+        self.book = UsageBook(self._list_held, max_age_s=cfg.usage_resync_s)
+        #: at most ``cfg.engine_concurrency`` create / start calls at once per engine
+        self.slots = EngineSlots(cfg.engine_concurrency)
 
     # -- clients and threads -----------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -139,10 +146,18 @@ class Engines:
             seen.setdefault(n.url, n.name)
         return list(seen.values())
 
+    def engine_of(self, node: str) -> str:
+        """The name :meth:`engines` gives ``node``'s engine (the first node with its URL)."""
+        url = self.node(node).url
+        return next(n.name for n in self.configured if n.url == url)
+
     def node_of(self, container: Any, default: str) -> str | None:
         """The node a container was placed on (its label); None when the label names a node this
         server does not know (another configuration sharing the engine: not ours to count)."""
-        label = container.labels.get("labserver.node", "")
+        return self._node_of_labels(container.labels, default)
+
+    def _node_of_labels(self, labels: Mapping[str, str], default: str) -> str | None:
+        label = labels.get("labserver.node", "")
         if not label:
             return default
         return label if any(n.name == label for n in self.configured) else None
@@ -174,25 +189,43 @@ class Engines:
             return container, self.node_of(container, engine) or engine
         return None
 
+    async def _list_held(self, engine: str) -> Sequence[tuple[str, Mapping[str, str], str]]:
+        """(id, labels, node) of every labserver container on ``engine``, all instances (cards are
+        never shared, even between two servers on one engine): one API call, no inspect per
+        container. Raises when the engine does not answer (:class:`UsageBook` keeps its entries)."""
+        raw = await self.run(self.client(engine).api.containers, all=True, filters={"label": dc.LABEL_ROLE})
+        out = []
+        for c in raw:
+            labels = c.get("Labels") or {}
+            node = self._node_of_labels(labels, engine)
+            if node is not None:
+                out.append((c["Id"], labels, node))
+        return out
+
     async def usage(self) -> Usage:
-        """What every labserver container on the engines holds (all instances: cards are never
-        shared, even between two servers on one engine)."""
-        usage = Usage()
-        for c, node in await self.list(dc.LABEL_ROLE):
-            lab = c.labels
-            if lab.get(dc.LABEL_ROLE) not in ("env", "warm"):
-                continue
-            card = lab.get("labserver.card")
-            usage.envs.append(
-                Running(
-                    lab.get(dc.LABEL_ENV, c.name),
-                    node,
-                    float(lab.get("labserver.cpus", 1)),
-                    int(lab.get("labserver.memory_mb", 0)),
-                    int(card) if card is not None else None,
-                )
-            )
-        return usage
+        """What every labserver container on the engines holds, from memory (:class:`UsageBook`;
+        an engine's entries are rebuilt from labels when due)."""
+        return await self.book.usage(self.engines())
+
+    def engine_failed(self, node: str) -> None:
+        """A call to ``node``'s engine failed: re-read its usage from labels at the next decision."""
+        with contextlib.suppress(EnvironmentGone):
+            self.book.mark_stale(self.engine_of(node))
+
+    def forget(self, container_id: str) -> None:
+        """A container was removed: its CPU, memory and card are free for the next placement."""
+        self.book.remove(container_id)
+
+    def slot(self, node: str) -> Any:
+        """``async with engines.slot(node):`` around a create / start call on ``node``'s engine."""
+        return self.slots.slot(self.engine_of(node))
+
+    def engine_stats(self) -> dict[str, Any]:
+        """Per engine: ``slots`` (:meth:`EngineSlots.stats`: limit, in_use, waiting, calls, waits,
+        wait_s_total, wait_s_max) and ``usage`` (count, cpus, memory_mb, cards). For metrics."""
+        usage = self.book.counts()
+        slots = self.slots.stats()
+        return {e: {"slots": slots.get(e, {}), "usage": usage.get(e, {})} for e in self.engines()}
 
     # -- processes ---------------------------------------------------------------------------------
     @staticmethod
@@ -238,7 +271,7 @@ class Engines:
         warm-pool container. Raises :class:`ProvisionError` (``no-room``, ``no-card``, ...)."""
         async with self._place_lock:  # only the decision is serialised, not the creation
             await say("placing", "Choosing a lab machine")
-            usage = await self.usage()
+            usage = await self.usage()  # from memory: no engine call unless a rebuild is due
             usage.envs.extend(
                 r for r in self._reserved.values() if r.env_id not in {e.env_id for e in usage.envs}
             )
@@ -251,11 +284,15 @@ class Engines:
             self._reserved[spec.env_id] = Running(
                 spec.env_id, placement.node.name, spec.cpus, spec.memory_mb, placement.card
             )
+        node = placement.node.name
         try:
             container = await self._make(spec, placement, role=role, name=name, volume=volume, say=say)
+            self.book.add(self.engine_of(node), container.id, self._reserved[spec.env_id])
+        except ENGINE_ERRORS:
+            self.engine_failed(node)  # it comes back: count from its labels again
+            raise
         finally:
             self._reserved.pop(spec.env_id, None)
-        node = placement.node.name
         return await self.bring_up(container, node, spec.labs, say), node
 
     async def _make(
@@ -280,19 +317,20 @@ class Engines:
             spec, self.cfg, placement, name=name, volume=volume, role=role, prefix=self.prefix
         )
         opts = await self._disk_opts(placement.node, volume)
-        await self.run(
-            client.volumes.create,
-            name=volume,
-            driver="local",
-            driver_opts=opts,
-            labels=dc.volume_labels(spec, prefix=self.prefix),
-        )
-        try:
-            return await self.run(client.containers.create, **config)
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: a concurrent create won; use that one
-                raise
-            return await self.run(client.containers.get, config["name"])
+        async with self.slot(placement.node.name):
+            await self.run(
+                client.volumes.create,
+                name=volume,
+                driver="local",
+                driver_opts=opts,
+                labels=dc.volume_labels(spec, prefix=self.prefix),
+            )
+            try:
+                return await self.run(client.containers.create, **config)
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: a concurrent create won; use that one
+                    raise
+        return await self.run(client.containers.get, config["name"])
 
     async def _disk_opts(self, node: Node, volume: str) -> dict[str, str] | None:
         """A size-limited file system for ``volume`` when it can be had (disk.py), else None."""
@@ -321,7 +359,8 @@ class Engines:
         client = self.client(node)
         if container.status != "running":
             await say("starting", "Starting your container")
-            await self.run(container.start)
+            async with self.slot(node):
+                await self.run(container.start)
         await self._wait_ready(client, container.id)
         await self.run(container.reload)
         await self._seed(client, container.id, labs, say)
