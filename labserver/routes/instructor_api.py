@@ -415,7 +415,7 @@ async def env_recreate(env_id: str, ctx: Ctx, session: SessionDep) -> Environmen
     response_model=StopAllPublic,
     responses={409: {"model": ErrorPublic, "description": "The backend cannot stop environments"}},
 )
-async def stop_all(event_id: int, ctx: Ctx) -> StopAllPublic:
+async def stop_all(event_id: DbId, ctx: Ctx) -> StopAllPublic:
     """Stop every environment of the event (workspaces kept); each restarts on its attendee's next action."""
     with Session(ctx.engine) as session:  # closed before the backend works
         get_event(session, event_id)
