@@ -77,6 +77,7 @@ class CheckStatus(enum.StrEnum):
     failed = "failed"
     error = "error"
     timeout = "timeout"
+    imported = "imported"  # from a progress file this server cannot vouch for (services/progress_io.py)
 
 
 class CheckRun(SQLModel, table=True):

@@ -2,7 +2,7 @@
  *
  * The grid is built once from GET /api/v1/events/{id}/progress (compact: see labserver/services/room.py)
  * and then only single cells change, by id, from the SSE stream /api/v1/events/{id}/stream.
- * Cell ids: "c<attendee>_<column>". Status codes: w working, f failing, p passed, e checker error,
+ * Cell ids: "c<attendee>_<column>". Status codes: w working, f failing, p passed, e checker error, i imported,
  * n not started. */
 (function () {
   'use strict';
@@ -47,7 +47,7 @@
     };
   }
 
-  const STATUS_NAME = { w: S.working, f: S.failing, p: S.passed, e: S.error, n: S.not_started };
+  const STATUS_NAME = { w: S.working, f: S.failing, p: S.passed, e: S.error, i: S.imported, n: S.not_started };
 
   /* ------------------------------------------------------------------------------------------ */
   function dashboard() {
@@ -69,7 +69,7 @@
       // c = [status, attempts, t0, t1]
       if (!c || c[0] === 'n') return '';
       const st = c[0];
-      const sym = st === 'p' ? '✓' : st === 'f' ? '✗' + c[1] : st === 'e' ? '!' + (c[1] > 1 ? c[1] : '') : '•';
+      const sym = st === 'p' ? '✓' : st === 'i' ? '⇩' : st === 'f' ? '✗' + c[1] : st === 'e' ? '!' + (c[1] > 1 ? c[1] : '') : '•';
       const t = c[3] != null ? c[3] - c[2] : nowRel() - c[2];
       return '<b>' + sym + '</b><small>' + dur(t) + '</small>';
     }
