@@ -77,6 +77,7 @@ class CheckStatus(enum.StrEnum):
     failed = "failed"
     error = "error"
     timeout = "timeout"
+    interrupted = "interrupted"  # the server restarted mid-check: not an attempt (services/recovery.py)
     imported = "imported"  # from a progress file this server cannot vouch for (services/progress_io.py)
 
 

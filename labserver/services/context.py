@@ -11,6 +11,7 @@ from labserver.backends.base import Backend
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
+from labserver.services.fair_queue import CheckQueue
 from labserver.terminals import TerminalHub
 
 
@@ -23,6 +24,7 @@ class AppContext:
     live: LiveHub
     terminals: TerminalHub
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
+    check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
     env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     file_locks: dict[str, asyncio.Lock] = field(default_factory=dict)

@@ -15,6 +15,9 @@ from labserver.live import Kind
 from labserver.models import CheckRun, CheckStatus, Event, StepStart
 from labserver.services.context import AppContext
 
+#: runs that are no attempt: still running, or cut short by a server restart (services/recovery.py)
+NOT_ATTEMPTS = (CheckStatus.running, CheckStatus.interrupted)
+
 
 @dataclass
 class StepProgress:
@@ -70,7 +73,7 @@ def lab_progress(session: Session, *, event: Event, attendee_id: int, lab: Lab) 
     result = LabProgress(lab.id)
     for step in lab.steps:
         sp = StepProgress(step.id, locked=is_locked(event, lab, step.index))
-        step_runs = [r for r in by_step.get(step.id, []) if r.status != CheckStatus.running]
+        step_runs = [r for r in by_step.get(step.id, []) if r.status not in NOT_ATTEMPTS]
         sp.attempts = len(step_runs)
         first_pass = next((r for r in step_runs if r.status == CheckStatus.passed), None)
         first_import = next((r for r in step_runs if r.status == CheckStatus.imported), None)

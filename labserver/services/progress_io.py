@@ -50,7 +50,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from sqlmodel import Session, col, select
 
 from labserver import __version__, clock
@@ -58,11 +66,11 @@ from labserver.backends.base import LabSeed, PathRefused, safe_relpath
 from labserver.backends.local import HIDDEN
 from labserver.content import Lab
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
+from labserver.services import progress_signing
 from labserver.services.checking import publish_finished
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, event_labs
-from labserver.services import progress_signing
-from labserver.services.progress import is_locked, lab_progress
+from labserver.services.progress import NOT_ATTEMPTS, is_locked, lab_progress
 
 FORMAT: Literal["labserver-progress"] = "labserver-progress"
 SCHEMA_VERSION = 2
@@ -244,7 +252,7 @@ def _lab_record(session: Session, *, event: Event, attendee_id: int, lab: Lab) -
     ).all()
     steps = []
     for sp in prog.steps:
-        mine = [r for r in runs if r.step_id == sp.id and r.status != CheckStatus.running]
+        mine = [r for r in runs if r.step_id == sp.id and r.status not in NOT_ATTEMPTS]
         attempts = 0
         for run in mine:
             info = _import_info(run)
@@ -348,7 +356,9 @@ def _passed_steps(session: Session, attendee_id: int, lab_id: str) -> set[str]:
     return set(rows)
 
 
-def import_policy(ctx: AppContext, *, event: Event, attendee: Attendee, progress: ProgressFile) -> tuple[str, str]:
+def import_policy(
+    ctx: AppContext, *, event: Event, attendee: Attendee, progress: ProgressFile
+) -> tuple[str, str]:
     """(trust, status of the new runs) for this file; raises :class:`ProgressSignatureError` on an
     event server for a file it did not sign for this attendee (module docstring)."""
     assert attendee.id is not None

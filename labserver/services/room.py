@@ -142,7 +142,7 @@ def load_facts(
             col(CheckRun.step_id),
             func.min(col(CheckRun.created_at)),
             func.min(case((status == "passed", col(CheckRun.finished_at)))),
-            func.count(case((status != "running", 1))),
+            func.count(case((status.not_in(["running", "interrupted"]), 1))),
             func.count(case((status == "failed", 1))),
             func.max(case((status == "failed", run_id))),
             func.max(case((status.in_(["error", "timeout"]), run_id))),
@@ -170,11 +170,28 @@ def load_facts(
         q_starts = q_starts.where(col(StepStart.attendee_id) == attendee_id)
         q_env = q_env.where(col(Environment.attendee_id) == attendee_id)
     rows: dict[tuple[int, str, str], StepRow] = {}
-    for a, lab, step, first_run, first_pass, attempts, failed, last_failed, last_error, first_import in (
-        session.execute(q_runs).all()
-    ):
+    for (
+        a,
+        lab,
+        step,
+        first_run,
+        first_pass,
+        attempts,
+        failed,
+        last_failed,
+        last_error,
+        first_import,
+    ) in session.execute(q_runs).all():
         rows[(a, lab, step)] = StepRow(
-            a, lab, step, _when(first_run), _when(first_pass), attempts, failed, last_failed, last_error,
+            a,
+            lab,
+            step,
+            _when(first_run),
+            _when(first_pass),
+            attempts,
+            failed,
+            last_failed,
+            last_error,
             _when(first_import),
         )
     for a, lab, step, at in session.execute(q_starts).all():

@@ -31,7 +31,9 @@ def test_a_forged_measure_py_cannot_pass(client: TestClient, event) -> None:  # 
     # the real figure (what the untouched starter prints) still passes, whatever measure.py says
     out = subprocess.run(
         [sys.executable, str(REPO / "labs" / LAB / "starter" / "measure.py")],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     real = re.search(r"^decode_step_ms = ([0-9.]+)$", out, re.M)
     assert real is not None

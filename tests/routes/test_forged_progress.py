@@ -30,7 +30,10 @@ def _forged(version: int = 1, name: str = "Mallory") -> dict:
         "source": "my laptop",
         "attendee": {"name": name},
         "labs": [
-            {"id": LAB, "steps": [{"id": s, "status": "passed", "attempts": 1, "passed_at": WHEN} for s in STEPS]}
+            {
+                "id": LAB,
+                "steps": [{"id": s, "status": "passed", "attempts": 1, "passed_at": WHEN} for s in STEPS],
+            }
         ],
     }
     if version == 2:
@@ -66,14 +69,21 @@ def test_forged_progress_files_change_nothing_on_an_event_server(
 
 
 def _pass_two_steps(client: TestClient, headers: dict[str, str]) -> None:
-    for path, data in (("device.txt", b"cpu-emu\n"), ("notes/hello.txt", "Hello, Ascend!\n你好，昇腾！\n".encode())):
-        assert client.put(f"/api/v1/labs/{LAB}/files/{path}", content=data, headers=headers).status_code == 200
+    for path, data in (
+        ("device.txt", b"cpu-emu\n"),
+        ("notes/hello.txt", "Hello, Ascend!\n你好，昇腾！\n".encode()),
+    ):
+        assert (
+            client.put(f"/api/v1/labs/{LAB}/files/{path}", content=data, headers=headers).status_code == 200
+        )
     for step in ("find-device", "write-file"):
         run = client.post(f"/api/v1/labs/{LAB}/steps/{step}/check", headers=headers).json()
         assert run["status"] == "passed", run
 
 
-def test_another_attendees_or_an_edited_export_is_refused(client: TestClient, app: FastAPI, event: Event) -> None:
+def test_another_attendees_or_an_edited_export_is_refused(
+    client: TestClient, app: FastAPI, event: Event
+) -> None:
     grace = join(client, "Grace")
     _pass_two_steps(client, grace)
     signed = client.get("/api/v1/progress/export", headers=grace).json()
@@ -97,7 +107,9 @@ def test_another_attendees_or_an_edited_export_is_refused(client: TestClient, ap
     assert _runs(app) == before
 
 
-def test_own_export_comes_back_as_imported_and_pacing_holds(client: TestClient, app: FastAPI, event: Event) -> None:
+def test_own_export_comes_back_as_imported_and_pacing_holds(
+    client: TestClient, app: FastAPI, event: Event
+) -> None:
     grace = join(client, "Grace")
     _pass_two_steps(client, grace)
     signed = client.get("/api/v1/progress/export", headers=grace).json()
@@ -109,7 +121,9 @@ def test_own_export_comes_back_as_imported_and_pacing_holds(client: TestClient, 
         f"/api/v1/events/{event.id}/pace", json={"lab": LAB, "unlocked": 1}, headers=instructor_headers()
     )
     assert pace.status_code == 200, pace.text
-    resp = client.post("/api/v1/progress/import", params={"files": 0}, content=json.dumps(signed), headers=grace)
+    resp = client.post(
+        "/api/v1/progress/import", params={"files": 0}, content=json.dumps(signed), headers=grace
+    )
     assert resp.status_code == 200, resp.text
     report = resp.json()
     assert report["imported"] == [f"{LAB}/find-device"]
@@ -135,4 +149,6 @@ def test_own_export_comes_back_as_imported_and_pacing_holds(client: TestClient, 
     again = client.get("/api/v1/progress/export", headers=grace).json()
     statuses = {s["id"]: s["status"] for s in again["labs"][0]["steps"]}
     assert statuses["find-device"] == "imported"
-    assert dt.datetime.fromisoformat(next(s for s in again["labs"][0]["steps"] if s["id"] == "find-device")["passed_at"])
+    assert dt.datetime.fromisoformat(
+        next(s for s in again["labs"][0]["steps"] if s["id"] == "find-device")["passed_at"]
+    )

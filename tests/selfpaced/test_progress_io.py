@@ -209,7 +209,9 @@ def test_event_server_refuses_progress_from_home(
     assert resp.status_code == 403, resp.text
     assert resp.json()["code"] == "unsigned-progress-file"
     assert _runs(app) == []
-    assert client.get("/api/v1/labs/getting-started/files/notes/hello.txt", headers=headers).status_code == 404
+    assert (
+        client.get("/api/v1/labs/getting-started/files/notes/hello.txt", headers=headers).status_code == 404
+    )
     # an anonymous upload is refused
     assert client.post("/api/v1/progress/import", content=json.dumps(home)).status_code == 401
 

@@ -55,6 +55,7 @@ const statuses = Object.fromEntries(config.steps.map((s) => [s.id, s.status]));
 function setStepStatus(step, status) {
   if (!(step in statuses)) return;
   if (statuses[step] === 'passed') return;  // a step once passed stays passed
+  if (status === 'interrupted' || status === 'running') return;  // not an attempt (server restarted)
   if (status === 'imported' && statuses[step] !== 'not-started' && statuses[step] !== 'working') return;
   statuses[step] = status === 'passed' ? 'passed' : status === 'imported' ? 'imported'
     : status === 'error' || status === 'timeout' ? 'error' : 'failing';
