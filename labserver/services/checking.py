@@ -80,11 +80,12 @@ async def run_check(
     lang: str = "en",
 ) -> CheckRun:
     assert event.id is not None and attendee.id is not None
+    event_id, attendee_id = event.id, attendee.id
 
     async def attempt(ref: EnvRef) -> CheckRaw:
         request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)
         async with check_slot(
-            ctx, event_id=event.id, attendee_id=attendee.id, run_id=run.id, lab=lab.id, step=step.id
+            ctx, event_id=event_id, attendee_id=attendee_id, run_id=run.id, lab=lab.id, step=step.id
         ):
             return await ctx.backend.run_check(ref, request)
 
