@@ -305,7 +305,7 @@ class CheckRunPublic(_Out):
     id: int | None
     lab: str
     step: str
-    status: str  # running | passed | failed | error | timeout
+    status: str  # running | passed | failed | error | timeout | interrupted (server restarted) | imported
     message: str
     hints: list[str]
     metrics: dict[str, Any]
