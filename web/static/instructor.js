@@ -285,6 +285,29 @@
     }
     const loadStuckSoon = throttle(() => loadStuck().catch(() => {}), 10000);
 
+    // suspicious joins (services/join_watch.py): only the joins with a reason, each with Remove
+    async function loadJoins() {
+      const list = (await api('GET', '/api/v1/events/' + eventId + '/joins')).filter((j) => j.reasons.length);
+      $('#joins-count').textContent = list.length;
+      const why = (j) => j.reasons.map((r) => r === 'same-address' ? fmt(S.same_address, { n: j.same_address }) : S[r] || r).join(' · ');
+      $('#joins-list').innerHTML = list.length ? list.map((j) =>
+        '<li data-a="' + j.id + '" data-name="' + esc(j.name) + '"><a href="/instructor/events/' + eventId + '/attendees/' + j.id + '">' + esc(j.name) + '</a> ' +
+        '<span class="muted small">' + esc(j.user_agent || '?') + '</span><br><span class="why">' + esc(why(j)) + '</span> ' +
+        '<button type="button" data-act="remove">' + esc(S.remove) + '</button></li>').join('')
+        : '<li class="muted">' + esc(S.no_joins) + '</li>';
+    }
+    $('#joins-list').addEventListener('click', async (ev) => {
+      const btn = ev.target.closest('button[data-act="remove"]');
+      if (!btn) return;
+      const li = btn.closest('[data-a]');
+      if (!window.confirm(fmt(S.remove_confirm, { name: li.dataset.name }))) return;
+      btn.disabled = true;
+      try { await api('DELETE', '/api/v1/events/' + eventId + '/attendees/' + li.dataset.a); } catch (e) { btn.disabled = false; return; }
+      await loadJoins();
+      loadGrid();
+    });
+    setInterval(() => loadJoins().catch(() => {}), 30000);  // new joins arrive without a live event
+
     async function loadHelp() {
       const list = await api('GET', '/api/v1/events/' + eventId + '/help');
       hands = new Map(list.map((h) => [h.attendee_id, h]));
@@ -402,6 +425,7 @@
         live.textContent = S.live;
         document.body.dataset.live = 'ready';
         if (readyOnce) { loadGrid(); loadHelp(); loadStuck(); }  // caught up after a reconnect
+        loadJoins().catch(() => {});
         readyOnce = true;
       });
       es.onerror = () => { live.dataset.state = 'offline'; live.textContent = S.offline; document.body.dataset.live = 'offline'; };
