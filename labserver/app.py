@@ -30,7 +30,9 @@ from labserver.routes import api, instructor, pages, progress, terminal
 from labserver.services import workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
+from labserver.services.fair_queue import CheckQueue
 from labserver.services.lifecycle import housekeeping
+from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders
 from labserver.services.warming import start_warming
 from labserver.terminals import TerminalHub
 
@@ -62,6 +64,13 @@ def build_context(settings: Settings) -> AppContext:
         terminals=TerminalHub(),
     )
     ctx.check_slots = asyncio.Semaphore(settings.checks.max_concurrent)
+    if settings.checks.fair_queue:
+        ctx.check_queue = CheckQueue(
+            settings.checks.max_concurrent,
+            budget_s=settings.checks.fair_budget_s,
+            window_s=settings.checks.fair_window_s,
+            reserve=settings.checks.fair_reserve,
+        )
     for broken in ctx.catalog.broken.values():
         log.error("lab %s is unavailable: %s", broken.id, "; ".join(map(str, broken.problems)))
     return ctx
@@ -78,6 +87,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        with Session(ctx.engine, expire_on_commit=False) as session:
+            finish_orphaned_runs(session)  # before any check can start (services/recovery.py)
+        try:
+            await reap_leaked_graders(ctx.backend)
+        except Exception:  # an engine outage must not stop the server from starting
+            log.exception("could not reap leaked grader containers")
         with Session(ctx.engine, expire_on_commit=False) as session:
             try:
                 orphans = await reconcile(ctx, session)

@@ -29,6 +29,10 @@ class CheckSettings(BaseModel):
     log_limit_bytes: int = 64 * 1024
     default_timeout_s: float = 60.0
     max_concurrent: int = 4
+    fair_queue: bool = True  # false: a plain semaphore (the old behaviour; bench/fairness.py compares)
+    fair_budget_s: float = 60.0  # slot seconds per attendee per window before they are "over budget"
+    fair_window_s: float = 600.0
+    fair_reserve: int = 1  # slots over-budget attendees can never take (services/fair_queue.py)
 
 
 class StuckSettings(BaseModel):

@@ -28,6 +28,7 @@ class Kind(enum.StrEnum):
 
     check_started = "check.started"
     check_finished = "check.finished"
+    check_queued = "check.queued"
     env_state = "env.state"
     env_progress = "env.progress"
     step_opened = "step.opened"

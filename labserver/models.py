@@ -79,6 +79,8 @@ class CheckStatus(enum.StrEnum):
     failed = "failed"
     error = "error"
     timeout = "timeout"
+    interrupted = "interrupted"  # the server restarted mid-check: not an attempt (services/recovery.py)
+    imported = "imported"  # from a progress file this server cannot vouch for (services/progress_io.py)
 
 
 class CheckRun(SQLModel, table=True):

@@ -315,7 +315,7 @@ class CheckRunPublic(_Out):
     id: int | None
     lab: str
     step: str
-    status: str  # running | passed | failed | error | timeout
+    status: str  # running | passed | failed | error | timeout | interrupted (server restarted) | imported
     message: str
     hints: list[str]
     metrics: dict[str, Any]
@@ -476,7 +476,10 @@ class AttendeeDetailPublic(_Out):
 
 # -- progress files ---------------------------------------------------------------------------------
 class ImportReportPublic(_Out):
-    imported: list[str]  # lab/step newly recorded as passed
+    imported: list[str]  # lab/step newly recorded (as ``status``)
+    status: str  # passed (own file on a self-paced server) | imported
+    trust: str  # own (signed here for me) | foreign
+    locked: list[str]  # lab/step pacing has locked: not imported
     already: list[str]
     skipped: list[str]
     restored_labs: list[str]

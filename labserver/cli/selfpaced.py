@@ -92,7 +92,7 @@ def labs(
     settings = _settings(data_dir)
     catalog = LabCatalog(settings.labs_dir)
     learner = read_learner(settings.data_dir)
-    marks = {"passed": "✓", "failing": "✗", "error": "!", "working": "…", "not-started": "·"}
+    marks = {"passed": "✓", "imported": "⇩", "failing": "✗", "error": "!", "working": "…", "not-started": "·"}
     engine = None
     session = None
     if learner is not None and (settings.data_dir / "labserver.db").exists():
@@ -211,9 +211,15 @@ def progress_import(
         report = asyncio.run(run())
     finally:
         ctx.engine.dispose()
-    typer.echo(f"imported {len(report.imported)} passed step(s) from {file}")
+    if report.status == "passed":
+        typer.echo(f"imported {len(report.imported)} passed step(s) from {file}")
+    else:
+        typer.echo(
+            f"imported {len(report.imported)} step(s) from {file} as imported, not passed: this labserver "
+            "did not sign the file (another computer, an edited or an old file). Run Check to pass them here."
+        )
     for key in report.imported:
-        typer.echo(f"  ✓ {key}")
+        typer.echo(f"  {'✓' if report.status == 'passed' else '⇩'} {key}")
     if report.already:
         typer.echo(f"  already passed here: {', '.join(report.already)}")
     if report.skipped:

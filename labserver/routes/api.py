@@ -108,6 +108,13 @@ def api_join(
         attendee, token, event = join(session, event_code=body.event_code, name=body.name, lang=lang)
     except JoinError as exc:
         return JSONResponse({"detail": gettext(lang, exc.message), "code": exc.code}, status_code=400)
+    assert attendee.id is not None
+    ctx.join_watch.record(  # services/join_watch.py: what the instructor's join list shows
+        ctx.settings.ensure_secret_key(),
+        attendee_id=attendee.id,
+        user_agent=request.headers.get("user-agent", ""),
+        address=request.client.host if request.client else None,
+    )
     response.set_cookie(ATTENDEE_COOKIE, token, httponly=True, samesite="lax", max_age=30 * 24 * 3600)
     return JoinPublic(
         attendee=AttendeeRef(id=attendee.id, name=attendee.name),

@@ -3,7 +3,8 @@ take it home again. Both act on the caller's own attendee only.
 
 - ``GET  /api/v1/progress/export?files=1`` -> the progress file (JSON attachment)
 - ``POST /api/v1/progress/import?files=1`` body = a progress file -> what was imported
-  (400 with ``{"detail", "code": "bad-progress-file"}`` and nothing changed when the file is bad)
+  (400 with ``{"detail", "code": "bad-progress-file"}`` and nothing changed when the file is bad;
+  403 ``"unsigned-progress-file"`` on an event server for a file it did not sign for me)
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ async def api_export(me: CurrentAttendee, ctx: Ctx, session: SessionDep, files: 
 @router.post(
     "/import",
     response_model=ImportReportPublic,
-    responses={400: {"model": ErrorPublic}, 413: {"model": ErrorPublic}},
+    responses={400: {"model": ErrorPublic}, 403: {"model": ErrorPublic}, 413: {"model": ErrorPublic}},
 )
 async def api_import(
     request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep, files: bool = True
@@ -54,7 +55,10 @@ async def api_import(
         progress = progress_io.parse_progress(body)
     except progress_io.ProgressFileError as exc:
         return JSONResponse({"detail": str(exc), "code": "bad-progress-file"}, status_code=400)
-    report = await progress_io.import_progress(
-        ctx, session, event=me.event, attendee=me.attendee, progress=progress, restore_files=files
-    )
+    try:
+        report = await progress_io.import_progress(
+            ctx, session, event=me.event, attendee=me.attendee, progress=progress, restore_files=files
+        )
+    except progress_io.ProgressSignatureError as exc:
+        return JSONResponse({"detail": str(exc), "code": "unsigned-progress-file"}, status_code=403)
     return ImportReportPublic.model_validate(report.as_dict())

@@ -5,7 +5,8 @@ costs one status poll (the backend's own, before it runs the checker), not two."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from sqlmodel import Session, col, select
 
@@ -49,6 +50,26 @@ def publish_finished(ctx: AppContext, run: CheckRun, attendee: Attendee, **extra
     )
 
 
+@asynccontextmanager
+async def check_slot(
+    ctx: AppContext, *, event_id: int, attendee_id: int, run_id: int | None, lab: str, step: str
+) -> AsyncIterator[None]:
+    """A check slot from the fair queue (services/fair_queue.py); while waiting, the attendee's page
+    gets ``check.queued`` with the position (1 = next)."""
+    if ctx.check_queue is None:
+        async with ctx.check_slots:
+            yield
+        return
+
+    def tell(position: int) -> None:
+        ctx.live.publish(
+            Kind.check_queued, event_id, attendee_id, run_id=run_id, lab=lab, step=step, position=position
+        )
+
+    async with ctx.check_queue.slot(attendee_id, on_position=tell):
+        yield
+
+
 async def run_check(
     ctx: AppContext,
     session: Session,
@@ -60,10 +81,13 @@ async def run_check(
     lang: str = "en",
 ) -> CheckRun:
     assert event.id is not None and attendee.id is not None
+    event_id, attendee_id = event.id, attendee.id
 
     async def attempt(ref: EnvRef) -> CheckRaw:
         request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)
-        async with ctx.check_slots:
+        async with check_slot(
+            ctx, event_id=event_id, attendee_id=attendee_id, run_id=run.id, lab=lab.id, step=step.id
+        ):
             return await ctx.backend.run_check(ref, request)
 
     async with ctx.check_lock(attendee.id):

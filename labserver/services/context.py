@@ -12,6 +12,8 @@ from labserver.backends.base import Backend
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
+from labserver.services.fair_queue import CheckQueue
+from labserver.services.join_notes import JoinWatch
 from labserver.terminals import TerminalHub
 
 
@@ -24,6 +26,8 @@ class AppContext:
     live: LiveHub
     terminals: TerminalHub
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
+    check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
+    join_watch: JoinWatch = field(default_factory=JoinWatch)  # user agent + address key per join
     env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     file_locks: dict[str, asyncio.Lock] = field(default_factory=dict)

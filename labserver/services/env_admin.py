@@ -1,8 +1,11 @@
 """What an instructor does to one attendee's environment: restart, recreate, reveal a step's solution.
 (Reset of a lab folder is :func:`labserver.services.environments.reset_lab`.)
 
-- **restart** closes the attendee's shells and provisions the environment again from its existing
-  state (``Backend.create`` is idempotent: the workspace is kept);
+- **restart** closes the attendee's shells, stops the environment where the backend can
+  (:class:`~labserver.backends.base.Stoppable`: Docker stops the container, so every process the
+  attendee left running is gone; the local backend's shells are their own sandboxes, gone with
+  them) and provisions it again from its existing state (``Backend.create`` is idempotent: the
+  workspace is kept). Tests: tests/routes/test_restart_env.py, tests/backends/docker/test_restart_env.py;
 - **recreate** destroys the environment (workspace included) and provisions a fresh one from the
   starters;
 - **reveal** copies the solution files of one step into ``<lab>/.solution/`` of the attendee's
@@ -35,6 +38,9 @@ async def restart(ctx: AppContext, session: Session, *, event: Event, attendee: 
     row = get_row(session, attendee)
     if row is not None:
         await ctx.terminals.close_env(row.id)
+        ref = ref_of(row)
+        if ref is not None and isinstance(ctx.backend, Stoppable):
+            await ctx.backend.stop(ref)  # every process in it ends, not only the shells
         set_state(ctx, session, row, EnvState.stopped, message="Restarting")
     return await ensure_environment(ctx, session, event=event, attendee=attendee)
 

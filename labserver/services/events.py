@@ -105,7 +105,20 @@ def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tup
     session.add(attendee)
     session.commit()
     session.refresh(attendee)
+    if event.capacity and _admitted_before(session, attendee) > event.capacity:
+        # joins racing past the count above: the ones with the larger ids step back (issue 13 item 6)
+        session.delete(attendee)
+        session.commit()
+        raise JoinError("This event is full. Ask the instructor.", code="full")
     return attendee, token, event
+
+
+def _admitted_before(session: Session, attendee: Attendee) -> int:
+    """Attendees of the event with an id up to ``attendee``'s (committed), itself included."""
+    rows = session.exec(
+        select(Attendee.id).where(Attendee.event_id == attendee.event_id, col(Attendee.id) <= attendee.id)
+    ).all()
+    return len(rows)
 
 
 def attendee_for_token(session: Session, token: str) -> Attendee | None:

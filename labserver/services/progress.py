@@ -1,4 +1,5 @@
-"""Progress: a step is passed when it has a passing check run. Also pacing (locked steps) and the
+"""Progress: a step is passed when it has a passing check run (*imported* when it only has an imported
+one, see services/progress_io.py). Also pacing (locked steps) and the
 time an attendee first opened a step."""
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from labserver.live import Kind
 from labserver.models import CheckRun, CheckStatus, Event, StepStart
 from labserver.services.context import AppContext
 
+#: runs that are no attempt: still running, or cut short by a server restart (services/recovery.py)
+NOT_ATTEMPTS = (CheckStatus.running, CheckStatus.interrupted)
+
 
 @dataclass
 class StepProgress:
     id: str
-    status: str = "not-started"  # not-started | working | failing | passed | error
+    status: str = "not-started"  # not-started | working | failing | passed | error | imported
     attempts: int = 0
     passed_at: str | None = None
     last_message: str = ""
@@ -69,12 +73,16 @@ def lab_progress(session: Session, *, event: Event, attendee_id: int, lab: Lab) 
     result = LabProgress(lab.id)
     for step in lab.steps:
         sp = StepProgress(step.id, locked=is_locked(event, lab, step.index))
-        step_runs = [r for r in by_step.get(step.id, []) if r.status != CheckStatus.running]
+        step_runs = [r for r in by_step.get(step.id, []) if r.status not in NOT_ATTEMPTS]
         sp.attempts = len(step_runs)
         first_pass = next((r for r in step_runs if r.status == CheckStatus.passed), None)
+        first_import = next((r for r in step_runs if r.status == CheckStatus.imported), None)
         if first_pass is not None:
             sp.status = "passed"
             sp.passed_at = (first_pass.finished_at or first_pass.created_at).isoformat()
+        elif first_import is not None:  # shown as its own state, never as passed
+            sp.status = "imported"
+            sp.passed_at = (first_import.finished_at or first_import.created_at).isoformat()
         elif step_runs:
             last = step_runs[-1]
             sp.status = "error" if last.status == CheckStatus.error else "failing"

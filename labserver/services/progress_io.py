@@ -1,33 +1,41 @@
 """Progress files: take an attendee's progress (and optionally their lab folders) from one labserver
 to another — from a laptop into the workshop room, or from one laptop to the next.
 
-The format (``schema_version`` 1, UTF-8 JSON, documented in docs/self-paced.md)::
+The format (``schema_version`` 2, UTF-8 JSON, documented in docs/self-paced.md)::
 
     {
       "format": "labserver-progress",
-      "schema_version": 1,
+      "schema_version": 2,
       "exported_at": "2026-11-29T21:40:00+00:00",
       "labserver_version": "0.1.0",
       "source": "Self-paced labs",
-      "attendee": {"name": "ada"},
+      "attendee": {"name": "ada", "event": "selfpaced", "id": 1},
       "labs": [
         {"id": "getting-started",
          "steps": [{"id": "find-device", "status": "passed", "attempts": 2,
                     "passed_at": "2026-11-29T20:01:02+00:00", "message": "..."}],
          "files": [{"path": "rmsnorm.py", "base64": "..."}]}
-      ]
+      ],
+      "signature": {"alg": "HMAC-SHA256", "key_id": "...", "value": "..."}
     }
 
-``status`` is one of ``not-started | working | failing | error | passed``; ``passed_at`` is set exactly
-when the status is ``passed``; ``files`` holds the files that differ from the lab's starter and is
+``status`` is one of ``not-started | working | failing | error | passed | imported``; ``passed_at`` is
+set exactly when the status is ``passed`` or ``imported``; ``files`` holds the files that differ from the lab's starter and is
 absent when there are none or the export was made without files.
 
 Importing is all-or-nothing for the database: the whole file is read and validated first (JSON,
 format, version, every field, every path, every base64 blob), and a file that fails raises
 :class:`ProgressFileError` with a message for people before anything changes. Then every *passed*
-step of a lab and step that exist here, and that is not passed here already, is recorded as an
-imported check run (status passed, a message saying so, ``passed_at`` kept); steps that were only
-attempted are not carried over. An export carries only the files that differ from the lab's starter;
+(or *imported*) step of a lab and step that exist here, that pacing has not locked and that is not
+passed or imported here already, is recorded as a check run with a message saying so
+(``passed_at`` kept); steps that were only attempted are not carried over.
+
+Trust (:mod:`labserver.services.progress_signing`): the file is *own* when this server signed it for
+this very attendee. On an event server only own files are accepted (anything else raises
+:class:`ProgressSignatureError` before anything changes) and their steps are recorded as
+``imported``, a state of its own that the instructor sees, never as ``passed``. On a self-paced
+server an own file (the same laptop) restores ``passed``; a file from elsewhere (another laptop, an
+unsigned version 1 file) gives ``imported`` at most. An export carries only the files that differ from the lab's starter;
 with files, each imported lab folder is first moved to the workspace's ``.backups/`` (like "reset
 lab"), seeded again from the starter, and then the exported files are written over it.
 """
@@ -42,7 +50,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from sqlmodel import Session, col, select
 
 from labserver import __version__, clock, safe_json
@@ -50,13 +66,15 @@ from labserver.backends.base import LabSeed, PathRefused, safe_relpath
 from labserver.backends.local import HIDDEN
 from labserver.content import Lab
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
+from labserver.services import progress_signing
 from labserver.services.checking import publish_finished
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, event_labs
-from labserver.services.progress import lab_progress
+from labserver.services.progress import NOT_ATTEMPTS, is_locked, lab_progress
 
 FORMAT: Literal["labserver-progress"] = "labserver-progress"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READS = (1, 2)  # version 1 files are unsigned: foreign (see the module docstring)
 IMPORT_TAG = "[imported] "
 MAX_FILE_BYTES = 2 * 1024 * 1024  # per file in an export
 #: per lab folder in an export (in base64, an import of three labs stays under body_limit.IMPORT_MAX)
@@ -64,11 +82,16 @@ MAX_LAB_BYTES = 3 * 1024 * 1024
 
 RESERVED = {*HIDDEN, "__pycache__"}  # names a backend refuses to write or never lists
 
-StepStatus = Literal["not-started", "working", "failing", "error", "passed"]
+StepStatus = Literal["not-started", "working", "failing", "error", "passed", "imported"]
+DONE = ("passed", "imported")
 
 
 class ProgressFileError(ValueError):
     """A progress file that cannot be imported; ``str(exc)`` is the message for people."""
+
+
+class ProgressSignatureError(ProgressFileError):
+    """A valid file this event server will not take: not signed by it for this attendee."""
 
 
 class _Strict(BaseModel):
@@ -84,8 +107,8 @@ class StepRecord(_Strict):
 
     @model_validator(mode="after")
     def _passed_at_iff_passed(self) -> StepRecord:
-        if (self.status == "passed") != (self.passed_at is not None):
-            raise ValueError("passed_at must be set exactly when status is 'passed'")
+        if (self.status in DONE) != (self.passed_at is not None):
+            raise ValueError("passed_at must be set exactly when status is 'passed' or 'imported'")
         return self
 
 
@@ -116,6 +139,14 @@ class LabRecord(_Strict):
 
 class AttendeeRecord(_Strict):
     name: str = Field(max_length=200)
+    event: str | None = Field(default=None, max_length=64)  # the event code (version 2)
+    id: int | None = None  # the attendee id on the server that signed the file (version 2)
+
+
+class SignatureRecord(_Strict):
+    alg: str = Field(max_length=32)
+    key_id: str = Field(default="", max_length=64)
+    value: str = Field(max_length=128)
 
 
 class ProgressFile(_Strict):
@@ -126,11 +157,20 @@ class ProgressFile(_Strict):
     source: str = ""
     attendee: AttendeeRecord
     labs: list[LabRecord]
+    signature: SignatureRecord | None = None
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)  # the JSON as read, for the signature
+
+    def doc(self) -> dict[str, Any]:
+        """The JSON document (as read when parsed, else as it will be written)."""
+        return self._raw or self.model_dump(mode="json", exclude_none=True)
 
 
 @dataclass
 class ImportReport:
-    imported: list[str] = field(default_factory=list)  # "lab/step" newly recorded as passed
+    imported: list[str] = field(default_factory=list)  # "lab/step" newly recorded (see ``status``)
+    status: str = "passed"  # what the new runs are: passed (own file, self-paced) or imported
+    trust: str = "own"  # own | foreign (services/progress_signing.py)
+    locked: list[str] = field(default_factory=list)  # "lab/step": pacing has it locked, not imported
     already: list[str] = field(default_factory=list)  # passed here before
     skipped: list[str] = field(default_factory=list)  # "lab" or "lab/step": not in this event
     restored_labs: list[str] = field(default_factory=list)
@@ -166,10 +206,10 @@ def parse_progress(raw: bytes | str) -> ProgressFile:
             f"This progress file has schema version {version}, made by a newer labserver; this one "
             f"reads version {SCHEMA_VERSION}. Update labserver (pip install -U labserver) and try again."
         )
-    if version != SCHEMA_VERSION:
+    if version not in READS:
         raise ProgressFileError(
-            f"This progress file has schema version {version}; this labserver reads version "
-            f"{SCHEMA_VERSION} only."
+            f"This progress file has schema version {version}; this labserver reads versions "
+            f"{', '.join(map(str, READS))} only."
         )
     try:
         parsed = ProgressFile.model_validate(data)
@@ -179,6 +219,7 @@ def parse_progress(raw: bytes | str) -> ProgressFile:
         raise ProgressFileError(
             f"This progress file is damaged: {where}: {err['msg']} ({len(exc.errors())} problem(s) in all)."
         ) from exc
+    parsed._raw = data
     seen: set[str] = set()
     for lab in parsed.labs:
         if lab.id in seen:
@@ -214,12 +255,14 @@ def _lab_record(session: Session, *, event: Event, attendee_id: int, lab: Lab) -
     ).all()
     steps = []
     for sp in prog.steps:
-        mine = [r for r in runs if r.step_id == sp.id and r.status != CheckStatus.running]
+        mine = [r for r in runs if r.step_id == sp.id and r.status not in NOT_ATTEMPTS]
         attempts = 0
         for run in mine:
             info = _import_info(run)
             attempts += int(info.get("attempts", 1)) if info else 1
         first = next((r for r in mine if r.status == CheckStatus.passed), None)
+        if first is None:
+            first = next((r for r in mine if r.status == CheckStatus.imported), None)
         passed_at = _utc(first.finished_at or first.created_at) if first else None
         message = (first.message if first else (mine[-1].message if mine else ""))[:10_000]
         steps.append(
@@ -286,15 +329,18 @@ async def export_progress(
         skipped = skipped_files if skipped_files is not None else []
         for lab, record in zip(labs, records, strict=True):
             record.files = await _lab_files(ctx, ref, lab, skipped)
-    return ProgressFile(
+    progress = ProgressFile(
         format=FORMAT,
         schema_version=SCHEMA_VERSION,
         exported_at=clock.now(),
         labserver_version=__version__,
         source=event.title,
-        attendee=AttendeeRecord(name=attendee.name),
+        attendee=AttendeeRecord(name=attendee.name, event=event.code, id=attendee.id),
         labs=records,
     )
+    sig = progress_signing.sign(progress.doc(), ctx.settings.ensure_secret_key())
+    progress.signature = SignatureRecord(**sig)
+    return progress
 
 
 def dump_progress(progress: ProgressFile) -> str:
@@ -307,10 +353,32 @@ def _passed_steps(session: Session, attendee_id: int, lab_id: str) -> set[str]:
         select(CheckRun.step_id).where(
             CheckRun.attendee_id == attendee_id,
             CheckRun.lab_id == lab_id,
-            CheckRun.status == CheckStatus.passed,
+            col(CheckRun.status).in_([CheckStatus.passed, CheckStatus.imported]),
         )
     ).all()
     return set(rows)
+
+
+def import_policy(
+    ctx: AppContext, *, event: Event, attendee: Attendee, progress: ProgressFile
+) -> tuple[str, str]:
+    """(trust, status of the new runs) for this file; raises :class:`ProgressSignatureError` on an
+    event server for a file it did not sign for this attendee (module docstring)."""
+    assert attendee.id is not None
+    identity: dict[str, Any] = (
+        {"name": attendee.name} if event.selfpaced else {"event": event.code, "id": attendee.id}
+    )
+    trust = progress_signing.trust_of(progress.doc(), ctx.settings.ensure_secret_key(), identity=identity)
+    if event.selfpaced:
+        return trust, CheckStatus.passed if trust == "own" else CheckStatus.imported
+    if trust != "own":
+        raise ProgressSignatureError(
+            "This event server only takes back progress files it exported for you "
+            "(GET /api/v1/progress/export). This file is unsigned, edited, made for someone else or "
+            "made by another labserver, so nothing was imported: run Check on each step here instead "
+            "(your files can be copied in with the editor or the terminal)."
+        )
+    return trust, CheckStatus.imported
 
 
 async def import_progress(
@@ -325,8 +393,9 @@ async def import_progress(
     """Record the file's passed steps for ``attendee`` (see the module docstring). ``progress``
     comes from :func:`parse_progress`, so it is already valid."""
     assert event.id is not None and attendee.id is not None
+    trust, new_status = import_policy(ctx, event=event, attendee=attendee, progress=progress)
     here = set(event_labs(ctx, event))
-    report = ImportReport()
+    report = ImportReport(status=str(new_status), trust=trust)
     new_runs: list[CheckRun] = []
     restore: list[tuple[Lab, list[FileRecord]]] = []
     source = progress.source or "another labserver"
@@ -338,10 +407,14 @@ async def import_progress(
         passed_here = _passed_steps(session, attendee.id, lab.id)
         for step in record.steps:
             key = f"{lab.id}/{step.id}"
-            if lab.step(step.id) is None:
+            found = lab.step(step.id)
+            if found is None:
                 report.skipped.append(key)
                 continue
-            if step.status != "passed" or step.passed_at is None:
+            if step.status not in DONE or step.passed_at is None:
+                continue
+            if is_locked(event, lab, found.index):
+                report.locked.append(key)
                 continue
             if step.id in passed_here:
                 report.already.append(key)
@@ -359,7 +432,7 @@ async def import_progress(
                     attendee_id=attendee.id,
                     lab_id=lab.id,
                     step_id=step.id,
-                    status=CheckStatus.passed,
+                    status=new_status if step.status == "passed" else CheckStatus.imported,
                     message=(
                         f"Imported from a progress file: passed on {when:%Y-%m-%d %H:%M} UTC in "
                         f"“{source}”. {step.message}"

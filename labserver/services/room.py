@@ -34,8 +34,8 @@ from labserver.services.progress import unlocked_steps
 from labserver.services.stuck import StepKey, StepSummary, StuckFlag, detect_stuck_steps
 
 #: status -> one-letter code used in the payload (not started cells are absent)
-CELL_CODES = {"working": "w", "failing": "f", "passed": "p", "error": "e"}
-STATUSES = ("not-started", "working", "failing", "passed", "error")
+CELL_CODES = {"working": "w", "failing": "f", "passed": "p", "error": "e", "imported": "i"}
+STATUSES = ("not-started", "working", "failing", "passed", "error", "imported")
 
 
 def aware(t: dt.datetime) -> dt.datetime:
@@ -45,7 +45,7 @@ def aware(t: dt.datetime) -> dt.datetime:
 
 @dataclass
 class Cell:
-    status: str  # working | failing | passed | error
+    status: str  # working | failing | passed | error | imported
     attempts: int
     start: dt.datetime
     passed_at: dt.datetime | None = None
@@ -68,6 +68,7 @@ class StepRow:
     failed: int  # failed checks (never passed: all of them are "in a row", errors skipped)
     last_failed_id: int | None
     last_error_id: int | None
+    first_import: dt.datetime | None = None  # an imported run (progress file), never a pass
 
 
 def cell_of(row: StepRow) -> Cell | None:
@@ -75,6 +76,8 @@ def cell_of(row: StepRow) -> Cell | None:
         return None
     if row.first_pass is not None:
         return Cell("passed", row.attempts, row.start, row.first_pass)
+    if row.first_import is not None:
+        return Cell("imported", row.attempts, row.start, row.first_import)
     if row.attempts:
         error_last = (row.last_error_id or 0) > (row.last_failed_id or 0)
         return Cell("error" if error_last else "failing", row.attempts, row.start)
@@ -139,10 +142,11 @@ def load_facts(
             col(CheckRun.step_id),
             func.min(col(CheckRun.created_at)),
             func.min(case((status == "passed", col(CheckRun.finished_at)))),
-            func.count(case((status != "running", 1))),
+            func.count(case((status.not_in(["running", "interrupted"]), 1))),
             func.count(case((status == "failed", 1))),
             func.max(case((status == "failed", run_id))),
             func.max(case((status.in_(["error", "timeout"]), run_id))),
+            func.min(case((status == "imported", col(CheckRun.finished_at)))),
         )
         .where(col(CheckRun.event_id) == event.id)
         .group_by(col(CheckRun.attendee_id), col(CheckRun.lab_id), col(CheckRun.step_id))
@@ -166,11 +170,29 @@ def load_facts(
         q_starts = q_starts.where(col(StepStart.attendee_id) == attendee_id)
         q_env = q_env.where(col(Environment.attendee_id) == attendee_id)
     rows: dict[tuple[int, str, str], StepRow] = {}
-    for a, lab, step, first_run, first_pass, attempts, failed, last_failed, last_error in session.execute(
-        q_runs
-    ).all():
+    for (
+        a,
+        lab,
+        step,
+        first_run,
+        first_pass,
+        attempts,
+        failed,
+        last_failed,
+        last_error,
+        first_import,
+    ) in session.execute(q_runs).all():
         rows[(a, lab, step)] = StepRow(
-            a, lab, step, _when(first_run), _when(first_pass), attempts, failed, last_failed, last_error
+            a,
+            lab,
+            step,
+            _when(first_run),
+            _when(first_pass),
+            attempts,
+            failed,
+            last_failed,
+            last_error,
+            _when(first_import),
         )
     for a, lab, step, at in session.execute(q_starts).all():
         at = aware(at)

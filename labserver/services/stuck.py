@@ -85,7 +85,7 @@ def summarize(runs: Iterable[RunFact], starts: Iterable[StartFact]) -> list[Step
         track(s.attendee_id, s.lab, s.step, s.at)
     for r in sorted(runs, key=lambda r: r.at):
         summary = track(r.attendee_id, r.lab, r.step, r.at)
-        if r.status == "running":
+        if r.status in ("running", "interrupted"):  # interrupted: the server restarted, no attempt
             continue
         statuses.setdefault((r.attendee_id, r.lab, r.step), []).append(r.status)
         if r.status == "passed" and summary.first_pass is None:

@@ -213,18 +213,19 @@ def test_progress_commands_round_trip_and_refuse_bad_files(tmp_path: Path) -> No
     res = _run(["progress", "export", str(out)], _env(home), tmp_path)
     assert res.returncode == 0, res.stderr
     exported = json.loads(out.read_text())
-    assert exported["schema_version"] == 1
+    assert exported["schema_version"] == 2
 
     res = _run(["progress", "import", str(out)], _env(room), tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "✓ getting-started/write-file" in res.stdout
+    assert "⇩ getting-started/write-file" in res.stdout  # another laptop: imported, not passed
     room_learner = read_learner(room)
     assert room_learner is not None
     assert (
         room / "workspaces" / room_learner.env_id / "getting-started/notes/hello.txt"
     ).read_bytes() == HELLO
     listing = _run(["labs"], _env(room), tmp_path).stdout
-    assert "1/5" in next(ln for ln in listing.splitlines() if ln.startswith("getting-started"))
+    line = next(ln for ln in listing.splitlines() if ln.startswith("getting-started"))
+    assert "0/5" in line and "⇩" in line, line
 
     db_before = (room / "labserver.db").read_bytes()
     for bad in ({**exported, "schema_version": 99}, {"format": "something-else"}):

@@ -2,7 +2,7 @@
  *
  * The grid is built once from GET /api/v1/events/{id}/progress (compact: see labserver/services/room.py)
  * and then only single cells change, by id, from the SSE stream /api/v1/events/{id}/stream.
- * Cell ids: "c<attendee>_<column>". Status codes: w working, f failing, p passed, e checker error,
+ * Cell ids: "c<attendee>_<column>". Status codes: w working, f failing, p passed, e checker error, i imported,
  * n not started. */
 (function () {
   'use strict';
@@ -47,7 +47,7 @@
     };
   }
 
-  const STATUS_NAME = { w: S.working, f: S.failing, p: S.passed, e: S.error, n: S.not_started };
+  const STATUS_NAME = { w: S.working, f: S.failing, p: S.passed, e: S.error, i: S.imported, n: S.not_started };
 
   /* ------------------------------------------------------------------------------------------ */
   function dashboard() {
@@ -69,7 +69,7 @@
       // c = [status, attempts, t0, t1]
       if (!c || c[0] === 'n') return '';
       const st = c[0];
-      const sym = st === 'p' ? '✓' : st === 'f' ? '✗' + c[1] : st === 'e' ? '!' + (c[1] > 1 ? c[1] : '') : '•';
+      const sym = st === 'p' ? '✓' : st === 'i' ? '⇩' : st === 'f' ? '✗' + c[1] : st === 'e' ? '!' + (c[1] > 1 ? c[1] : '') : '•';
       const t = c[3] != null ? c[3] - c[2] : nowRel() - c[2];
       return '<b>' + sym + '</b><small>' + dur(t) + '</small>';
     }
@@ -285,6 +285,29 @@
     }
     const loadStuckSoon = throttle(() => loadStuck().catch(() => {}), 10000);
 
+    // suspicious joins (services/join_watch.py): only the joins with a reason, each with Remove
+    async function loadJoins() {
+      const list = (await api('GET', '/api/v1/events/' + eventId + '/joins')).filter((j) => j.reasons.length);
+      $('#joins-count').textContent = list.length;
+      const why = (j) => j.reasons.map((r) => r === 'same-address' ? fmt(S.same_address, { n: j.same_address }) : S[r] || r).join(' · ');
+      $('#joins-list').innerHTML = list.length ? list.map((j) =>
+        '<li data-a="' + j.id + '" data-name="' + esc(j.name) + '"><a href="/instructor/events/' + eventId + '/attendees/' + j.id + '">' + esc(j.name) + '</a> ' +
+        '<span class="muted small">' + esc(j.user_agent || '?') + '</span><br><span class="why">' + esc(why(j)) + '</span> ' +
+        '<button type="button" data-act="remove">' + esc(S.remove) + '</button></li>').join('')
+        : '<li class="muted">' + esc(S.no_joins) + '</li>';
+    }
+    $('#joins-list').addEventListener('click', async (ev) => {
+      const btn = ev.target.closest('button[data-act="remove"]');
+      if (!btn) return;
+      const li = btn.closest('[data-a]');
+      if (!window.confirm(fmt(S.remove_confirm, { name: li.dataset.name }))) return;
+      btn.disabled = true;
+      try { await api('DELETE', '/api/v1/events/' + eventId + '/attendees/' + li.dataset.a); } catch (e) { btn.disabled = false; return; }
+      await loadJoins();
+      loadGrid();
+    });
+    setInterval(() => loadJoins().catch(() => {}), 30000);  // new joins arrive without a live event
+
     async function loadHelp() {
       const list = await api('GET', '/api/v1/events/' + eventId + '/help');
       hands = new Map(list.map((h) => [h.attendee_id, h]));
@@ -422,6 +445,7 @@
         live.textContent = S.live;
         document.body.dataset.live = 'ready';
         if (readyOnce) { loadGrid(); loadHelp(); loadStuck(); }  // caught up after a reconnect
+        loadJoins().catch(() => {});
         readyOnce = true;
       });
       es.onerror = () => { live.dataset.state = 'offline'; live.textContent = S.offline; document.body.dataset.live = 'offline'; };

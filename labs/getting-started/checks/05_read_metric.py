@@ -1,13 +1,21 @@
-"""Step 5: metric.txt holds the decode_step_ms that measure.py prints (the checker reruns it)."""
+"""Step 5: metric.txt holds the decode_step_ms that measure.py prints (the checker reruns it).
+
+The checker runs the lab's own ``starter/measure.py`` (a trusted copy: the lab folder is read-only
+and never the workspace), with ``python -I`` so nothing in the workspace or the environment is
+imported: an attendee who edits their ``measure.py`` to print a figure of their choosing cannot make
+that figure pass (tests/labs/test_trusted_measure.py)."""
 
 import re
+import sys
 from pathlib import Path
 
 from labkit.check import Failure, main, msg, run_script
 
+TRUSTED = Path(__file__).resolve().parent.parent / "starter" / "measure.py"
+
 
 def check() -> tuple[str, dict[str, float]]:
-    res = run_script(["python", "measure.py"], timeout=60)
+    res = run_script([sys.executable, "-I", str(TRUSTED)], timeout=60)
     found = re.search(r"^decode_step_ms = ([0-9.]+)$", res.stdout, re.M)
     if res.exit_code != 0 or not found:
         raise Failure(

@@ -4,7 +4,10 @@
 
 import { api, el, t, timeOf } from './common.js';
 
-const STATUS_LABEL = { passed: 'passed', failed: 'failed', error: 'error', timeout: 'timeout', running: 'running' };
+const STATUS_LABEL = {
+  passed: 'passed', failed: 'failed', error: 'error', timeout: 'timeout', running: 'running',
+  interrupted: 'interrupted', imported: 'imported',
+};
 
 export class StepChecks {
   constructor(labId, { onStatus } = {}) {
@@ -20,6 +23,14 @@ export class StepChecks {
       if (d.lab !== this.labId) return;
       this.onStatus(d.step, d.status);
       if (d.step === this.step && !this.busy) this.loadHistory(d.step, { showLatest: true });
+    });
+    window.addEventListener('live:check.queued', (e) => {
+      // the fair check queue (services/fair_queue.py): where my waiting check stands
+      const d = e.detail;
+      if (d.lab !== this.labId || !this.busy || d.step !== this.step) return;
+      this.statusEl.textContent = t('check_queued', { position: d.position });
+      this.statusEl.dataset.status = 'queued';
+      this.statusEl.dataset.position = String(d.position);
     });
     window.addEventListener('live:resync', () => this.step && this.loadHistory(this.step));
   }

@@ -55,7 +55,10 @@ const statuses = Object.fromEntries(config.steps.map((s) => [s.id, s.status]));
 function setStepStatus(step, status) {
   if (!(step in statuses)) return;
   if (statuses[step] === 'passed') return;  // a step once passed stays passed
-  statuses[step] = status === 'passed' ? 'passed' : status === 'error' || status === 'timeout' ? 'error' : 'failing';
+  if (status === 'interrupted' || status === 'running') return;  // not an attempt (server restarted)
+  if (status === 'imported' && statuses[step] !== 'not-started' && statuses[step] !== 'working') return;
+  statuses[step] = status === 'passed' ? 'passed' : status === 'imported' ? 'imported'
+    : status === 'error' || status === 'timeout' ? 'error' : 'failing';
   const chip = document.querySelector(`.step-chip[data-step="${step}"]`);
   chip.className = chip.className.replace(/status-[\w-]+/, `status-${statuses[step]}`);
   const article = document.getElementById(`step-${step}`);

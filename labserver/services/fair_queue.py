@@ -1,0 +1,201 @@
+"""The fair check queue: who gets the next check slot (issue 13 item 6, starvation by cheap identities).
+
+The server runs at most ``slots`` checks at once (``checks.max_concurrent``). Before this queue a
+plain semaphore let 4 freely joined names hold all 4 slots with long checks, and a real attendee's
+Check waited a minute. :func:`pick` is pure bookkeeping (no clock, no I/O, like
+``backends/docker/scheduler.place``); :class:`CheckQueue` holds the state and calls it.
+
+Rules
+-----
+- **One running check per attendee.** An attendee with a check running is not picked again until it
+  ends (their other presses wait in their own FIFO order).
+- **A per-attendee budget.** ``usage`` is the slot time (seconds) an attendee's checks held in the
+  last ``window_s`` (running ones count so far). An attendee whose usage is at or above
+  ``budget_s`` is *over budget*.
+- **A reserved slot for attendees within budget.** Over-budget attendees together never hold more
+  than ``slots - reserve`` slots, so however many names flood checks, an attendee within budget finds
+  a free slot at once (or behind at most one other within-budget attendee's check).
+- **FIFO across attendees, least usage first.** Among those who may run, attendees within budget go
+  before those over it; then the attendee with less usage; then the one who has waited longest
+  (their oldest waiting ticket). An attendee's own checks run in the order they were pressed.
+- A waiting check's **position** is its place in the order :func:`order` gives (1 = next); the
+  attendee's page shows it (live event ``check.queued``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Ticket:
+    attendee_id: int
+    seq: int  # arrival order (smaller = earlier)
+
+
+def order(
+    waiting: Iterable[Ticket], *, running: Mapping[int, int], usage: Mapping[int, float], budget_s: float
+) -> list[Ticket]:
+    """Every waiting ticket in the order they would get a slot (module rules; running attendees
+    last, since they cannot start before their check ends)."""
+    first: dict[int, int] = {}
+    for t in waiting:
+        first[t.attendee_id] = min(first.get(t.attendee_id, t.seq), t.seq)
+
+    def key(t: Ticket) -> tuple[int, int, float, int, int]:
+        a = t.attendee_id
+        return (
+            1 if running.get(a, 0) else 0,
+            1 if usage.get(a, 0.0) >= budget_s else 0,
+            usage.get(a, 0.0),
+            first[a],
+            t.seq,
+        )
+
+    return sorted(waiting, key=key)
+
+
+def pick(
+    waiting: Iterable[Ticket],
+    *,
+    running: Mapping[int, int],
+    usage: Mapping[int, float],
+    slots: int,
+    budget_s: float,
+    reserve: int = 1,
+) -> list[Ticket]:
+    """The tickets that start now, given who runs (``running``: attendee -> checks running) and
+    their ``usage``; at most the free slots, honouring every rule of the module docstring."""
+    busy = sum(running.values())
+    over_busy = sum(n for a, n in running.items() if usage.get(a, 0.0) >= budget_s)
+    cap_over = max(slots - max(reserve, 0), 1 if slots > 0 else 0)
+    started: list[Ticket] = []
+    now_running = dict(running)
+    for t in order(waiting, running=running, usage=usage, budget_s=budget_s):
+        if busy >= slots:
+            break
+        a = t.attendee_id
+        if now_running.get(a, 0):
+            continue
+        over = usage.get(a, 0.0) >= budget_s
+        if over and over_busy >= cap_over:
+            continue
+        started.append(t)
+        now_running[a] = 1
+        busy += 1
+        over_busy += 1 if over else 0
+    return started
+
+
+@dataclass
+class _Use:
+    spans: deque[tuple[float, float]] = field(default_factory=deque)  # (start, end) finished
+    running_since: float | None = None
+
+
+class CheckQueue:
+    """The server's check slots, handed out with :func:`pick`. ``async with queue.slot(attendee_id,
+    on_position=...)`` waits for a slot; ``on_position(n)`` is called with the waiting position
+    (1 = next) whenever it changes, and not at all when a slot is free at once."""
+
+    def __init__(
+        self,
+        slots: int,
+        *,
+        budget_s: float = 60.0,
+        window_s: float = 600.0,
+        reserve: int = 1,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.slots = slots
+        self.budget_s = budget_s
+        self.window_s = window_s
+        self.reserve = reserve if slots > 1 else 0
+        self._now = now
+        self._seq = itertools.count()
+        self._waiting: dict[Ticket, tuple[asyncio.Future[None], Callable[[int], None] | None]] = {}
+        self._positions: dict[Ticket, int] = {}
+        self._use: dict[int, _Use] = {}
+        self._running: dict[int, int] = {}
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+    def usage(self) -> dict[int, float]:
+        now = self._now()
+        horizon = now - self.window_s
+        out: dict[int, float] = {}
+        for a, use in self._use.items():
+            while use.spans and use.spans[0][1] < horizon:
+                use.spans.popleft()
+            total = sum(end - max(start, horizon) for start, end in use.spans)
+            if use.running_since is not None:
+                total += now - max(use.running_since, horizon)
+            out[a] = total
+        return out
+
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
+    def _dispatch(self) -> None:
+        usage = self.usage()
+        for t in pick(
+            list(self._waiting),
+            running=self._running,
+            usage=usage,
+            slots=self.slots,
+            budget_s=self.budget_s,
+            reserve=self.reserve,
+        ):
+            fut, _ = self._waiting.pop(t)
+            self._positions.pop(t, None)
+            self._start(t.attendee_id)
+            fut.set_result(None)
+        ranked = order(list(self._waiting), running=self._running, usage=usage, budget_s=self.budget_s)
+        for i, t in enumerate(ranked, start=1):
+            _, cb = self._waiting[t]
+            if cb is not None and self._positions.get(t) != i:
+                self._positions[t] = i
+                cb(i)
+
+    def _start(self, attendee_id: int) -> None:
+        self._running[attendee_id] = self._running.get(attendee_id, 0) + 1
+        self._use.setdefault(attendee_id, _Use()).running_since = self._now()
+
+    def _end(self, attendee_id: int) -> None:
+        use = self._use[attendee_id]
+        if use.running_since is not None:
+            use.spans.append((use.running_since, self._now()))
+            use.running_since = None
+        self._running[attendee_id] -= 1
+        if not self._running[attendee_id]:
+            del self._running[attendee_id]
+
+    @asynccontextmanager
+    async def slot(
+        self, attendee_id: int, on_position: Callable[[int], None] | None = None
+    ) -> AsyncIterator[None]:
+        ticket = Ticket(attendee_id, next(self._seq))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[ticket] = (fut, on_position)
+        self._dispatch()
+        try:
+            await fut
+        except BaseException:
+            if ticket in self._waiting:  # cancelled while waiting
+                del self._waiting[ticket]
+                self._positions.pop(ticket, None)
+                self._dispatch()
+            elif fut.done() and not fut.cancelled():  # got the slot as it was cancelled
+                self._end(attendee_id)
+                self._dispatch()
+            raise
+        try:
+            yield
+        finally:
+            self._end(attendee_id)
+            self._dispatch()
