@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from labserver.routes.deps import Ctx, SessionDep, current_instructor
+from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.schemas import ErrorPublic, StatusPublic
 from labserver.services import join_watch
@@ -33,7 +33,7 @@ class JoinPublic(BaseModel):
 @router.get(
     "/events/{event_id}/joins", response_model=list[JoinPublic], responses={404: {"model": ErrorPublic}}
 )
-def list_joins(event_id: int, ctx: Ctx, session: SessionDep) -> list[JoinPublic]:
+def list_joins(event_id: DbId, ctx: Ctx, session: SessionDep) -> list[JoinPublic]:
     """Every attendee of the event with the signs of a cheap identity (services/join_watch.py)."""
     event = get_event(session, event_id)
     return [JoinPublic.model_validate(row) for row in join_watch.joins(ctx, session, event)]
@@ -44,7 +44,7 @@ def list_joins(event_id: int, ctx: Ctx, session: SessionDep) -> list[JoinPublic]
     response_model=StatusPublic,
     responses={404: {"model": ErrorPublic}},
 )
-async def remove_attendee(event_id: int, attendee_id: int, ctx: Ctx, session: SessionDep) -> StatusPublic:
+async def remove_attendee(event_id: DbId, attendee_id: DbId, ctx: Ctx, session: SessionDep) -> StatusPublic:
     """Remove an attendee for good: shells closed, environment destroyed, records deleted."""
     event = get_event(session, event_id)
     attendee = get_attendee(session, event, attendee_id)
