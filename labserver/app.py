@@ -22,6 +22,7 @@ from labserver.content import LabCatalog
 from labserver.csrf import CSRFMiddleware
 from labserver.live import LiveHub
 from labserver.routes import api, instructor, pages, progress, terminal
+from labserver.services.admission import Admission, default_limit
 from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
 from labserver.services.lifecycle import housekeeping
@@ -44,7 +45,7 @@ def vendor_dir(settings: Settings) -> Path:
 def build_context(settings: Settings) -> AppContext:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.ensure_secret_key()
-    engine = db.make_engine(settings.sqlalchemy_url)
+    engine = db.make_engine(settings.sqlalchemy_url, settings.db)
     db.upgrade(engine)
     ctx = AppContext(
         settings=settings,
@@ -53,6 +54,7 @@ def build_context(settings: Settings) -> AppContext:
         backend=make_backend(settings),
         live=LiveHub(),
         terminals=TerminalHub(),
+        admission=Admission(settings.admission.concurrent_starts or default_limit(settings.backend)),
     )
     ctx.check_slots = asyncio.Semaphore(settings.checks.max_concurrent)
     for broken in ctx.catalog.broken.values():
@@ -66,7 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        with Session(ctx.engine, expire_on_commit=False) as session:
+        with Session(ctx.engine, expire_on_commit=False) as session:  # released before each engine call
             try:
                 orphans = await reconcile(ctx, session)
                 if orphans:
@@ -79,6 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             task.cancel()
+            for started in list(ctx.background):
+                started.cancel()
             await ctx.terminals.close_all()
             ctx.engine.dispose()
 

@@ -30,6 +30,7 @@ class Kind(enum.StrEnum):
     check_finished = "check.finished"
     env_state = "env.state"
     env_progress = "env.progress"
+    env_queue = "env.queue"
     step_opened = "step.opened"
     lab_reset = "lab.reset"
     solution_revealed = "solution.revealed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mimetypes
 
+from anyio import from_thread
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -14,6 +15,7 @@ from sse_starlette.sse import EventSourceResponse
 from labserver.backends.base import EnvRef, PathRefused, safe_relpath
 from labserver.backends.local import join_refusal
 from labserver.content import Lab, Step
+from labserver.db import release
 from labserver.i18n import gettext, pick_lang
 from labserver.routes.deps import (
     ATTENDEE_COOKIE,
@@ -108,6 +110,9 @@ def api_join(
         attendee, token, event = join(session, event_code=body.event_code, name=body.name, lang=lang)
     except JoinError as exc:
         return JSONResponse({"detail": gettext(lang, exc.message), "code": exc.code}, status_code=400)
+    release(session)
+    # provisioning begins now, in the background: joining never waits for an environment
+    from_thread.run_sync(lambda: environments.start_in_background(ctx, event=event, attendee=attendee))
     response.set_cookie(ATTENDEE_COOKIE, token, httponly=True, samesite="lax", max_age=30 * 24 * 3600)
     return JoinPublic(
         attendee=AttendeeRef(id=attendee.id, name=attendee.name),

@@ -33,11 +33,13 @@ Ctx = Annotated[AppContext, Depends(get_ctx)]
 
 
 def get_session(ctx: Ctx) -> Iterator[Session]:
+    """The request's session, closed as soon as the handler returns (``scope="function"``), not after
+    the response is sent. Services release it before slow work (``db.release``)."""
     with Session(ctx.engine, expire_on_commit=False) as session:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def token_from(headers: dict[str, str] | object, cookies: dict[str, str]) -> str:

@@ -18,8 +18,10 @@ from sqlmodel import Session
 from starlette.websockets import WebSocketState
 
 from labserver.backends.base import BackendError, EnvRef
+from labserver.i18n import gettext
+from labserver.live import Kind, LiveEvent
 from labserver.models import Environment
-from labserver.routes.deps import instructor_from, resolve_attendee, token_from
+from labserver.routes.deps import Me, instructor_from, resolve_attendee, token_from
 from labserver.services import environments
 from labserver.services.context import AppContext
 from labserver.terminals import TerminalSession
@@ -98,29 +100,75 @@ async def open_session(
 
 @router.websocket("/labs/{lab_id}/terminal")
 async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
-    """My terminal in a lab folder: a shell that survives reconnects (frames: see the module)."""
+    """My terminal in a lab folder: a shell that survives reconnects (frames: see the module). While
+    the environment waits its turn or starts, a status line says so; nothing times out meanwhile."""
     ctx: AppContext = ws.app.state.ctx
     token = ws.query_params.get("token") or token_from(ws.headers, ws.cookies)
-    with Session(ctx.engine, expire_on_commit=False) as db:
+    with Session(ctx.engine, expire_on_commit=False) as db:  # closed before any wait
         me = resolve_attendee(db, token)
-        if me is None:
-            await ws.close(code=4401, reason="join an event first")
-            return
-        if lab_id not in environments.event_labs(ctx, me.event):
-            await ws.close(code=4404, reason="no such lab")
-            return
-        await ws.accept()
-        try:
-            ref = await environments.ensure_environment(ctx, db, event=me.event, attendee=me.attendee)
-            cols = int(ws.query_params.get("cols", 100))
-            rows = int(ws.query_params.get("rows", 30))
-            session = await open_session(ctx, ref, lab_id, cols, rows)
-        except BackendError as exc:
-            await ws.send_bytes(f"\r\n\x1b[31m{exc.message}\x1b[0m\r\n".encode())
-            await ws.close(code=1011, reason=exc.reason)
-            return
+    if me is None:
+        await ws.close(code=4401, reason="join an event first")
+        return
+    if lab_id not in environments.event_labs(ctx, me.event):
+        await ws.close(code=4404, reason="no such lab")
+        return
+    await ws.accept()
+    try:
+        ref = await _environment_telling(ctx, ws, me)
+        cols = int(ws.query_params.get("cols", 100))
+        rows = int(ws.query_params.get("rows", 30))
+        session = await open_session(ctx, ref, lab_id, cols, rows)
+    except BackendError as exc:
+        await ws.send_bytes(f"\r\n\x1b[31m{exc.message}\x1b[0m\r\n".encode())
+        await ws.close(code=1011, reason=exc.reason)
+        return
+    except WebSocketDisconnect:
+        return
     assert session is not None
     await bridge(ws, session, readonly=False)
+
+
+async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me) -> EnvRef:
+    """The attendee's environment (started, or joined while it starts); each queue place and
+    progress message meanwhile goes to the terminal as one status line, cleared once ready."""
+    sub = ctx.live.subscribe(me.event.id or 0, me.id)
+
+    async def ensure() -> EnvRef:
+        with Session(ctx.engine, expire_on_commit=False) as db:
+            return await environments.ensure_environment(ctx, db, event=me.event, attendee=me.attendee)
+
+    task = asyncio.ensure_future(ensure())
+    told = False
+    try:
+        while not task.done():
+            news = asyncio.ensure_future(sub.get())
+            await asyncio.wait({task, news}, return_when=asyncio.FIRST_COMPLETED)
+            if not news.done():
+                news.cancel()
+                continue
+            line = status_line(me.attendee.lang, news.result())
+            if line:
+                await ws.send_bytes(f"\r\x1b[2K\x1b[90m{line}\x1b[0m".encode())
+                told = True
+        if told:
+            await ws.send_bytes(b"\r\x1b[2K")
+        return task.result()
+    finally:
+        sub.close()
+        if not task.done():  # the socket went away: the start goes on (its state is stored)
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
+def status_line(lang: str, ev: LiveEvent) -> str:
+    """What the terminal shows for a live event while the environment starts ("" for none)."""
+    if ev.kind == Kind.env_queue:
+        ahead = int(ev.data.get("ahead", 0))
+        if ahead <= 0:
+            return gettext(lang, "Starting your environment: you are next")
+        return gettext(lang, "Starting your environment: %(ahead)s ahead of you") % {"ahead": ahead}
+    if ev.kind == Kind.env_progress:
+        return str(ev.data.get("message", ""))
+    return ""
 
 
 @router.websocket("/environments/{env_id}/terminal")

@@ -11,6 +11,7 @@ from labserver.backends.base import Backend
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
+from labserver.services.admission import Admission
 from labserver.terminals import TerminalHub
 
 
@@ -22,6 +23,9 @@ class AppContext:
     backend: Backend
     live: LiveHub
     terminals: TerminalHub
+    admission: Admission = field(default_factory=lambda: Admission(4))
+    #: tasks started in the background (environment starts at join), kept so they are not collected
+    background: set[asyncio.Task[None]] = field(default_factory=set)
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)

@@ -18,6 +18,7 @@ from sqlmodel import Session
 
 from labserver.backends.base import EnvRef, EnvState
 from labserver.content import Lab, Step
+from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, Event
 from labserver.services.context import AppContext
@@ -28,20 +29,26 @@ REVEAL_DIR = ".solution"
 
 async def restart(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
     row = get_row(session, attendee)
+    release(session)
     if row is not None:
         await ctx.terminals.close_env(row.id)
+        session.refresh(row)
         set_state(ctx, session, row, EnvState.stopped, message="Restarting")
     return await ensure_environment(ctx, session, event=event, attendee=attendee)
 
 
 async def recreate(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
     row = get_row(session, attendee)
+    release(session)
     if row is not None:
         await ctx.terminals.close_env(row.id)
+        session.refresh(row)
         ref = ref_of(row)
-        set_state(ctx, session, row, EnvState.stopped, message="Recreating")
+        set_state(ctx, session, row, EnvState.stopped, message="Recreating")  # commits: released
         if ref is not None:
             await ctx.backend.destroy(ref)
+            ctx.admission.room_freed()
+        session.refresh(row)
         row.ref = ""
         session.add(row)
         session.commit()

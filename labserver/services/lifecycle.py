@@ -11,6 +11,7 @@ import logging
 from sqlmodel import Session, select
 
 from labserver.backends.base import WarmPooled
+from labserver.db import release
 from labserver.models import Attendee, Event, EventStatus
 from labserver.services.context import AppContext
 from labserver.services.culling import cull_idle
@@ -25,7 +26,9 @@ async def warm_open_events(ctx: AppContext, session: Session) -> int:
     if not isinstance(backend, WarmPooled) or ctx.settings.docker.warm_pool <= 0:
         return 0
     made = 0
-    for event in session.exec(select(Event).where(Event.status == EventStatus.open)).all():
+    events = session.exec(select(Event).where(Event.status == EventStatus.open)).all()
+    release(session)  # no connection held while the engine makes containers
+    for event in events:
         assert event.id is not None
         template = spec_for(ctx, event, Attendee(id=0, event_id=event.id, name="warm", token_hash=""))
         made += int(await backend.prepare_event(event.id, template))
