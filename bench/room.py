@@ -24,7 +24,6 @@ import asyncio
 import collections
 import json
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -43,7 +42,7 @@ import websockets.exceptions
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "room-bench-instructor"
 CODE = "ROOMBENCH"
-PREFIX = "lsroom"
+PREFIX = f"lsroom{os.getpid()}"  # of this run only: another bench may share the engine
 TIMEOUT_S = 300.0
 
 
@@ -168,12 +167,32 @@ def report(label: str, people: list[Attendee], wall: float) -> None:
 
 
 def pool_waits(base: str) -> str:
+    """The server's own figures from ``/metrics``: database pool checkout waits (count, mean, how
+    many waited over 0.1 s, timeouts) and environment start time by phase (queue, create)."""
     try:
         text = httpx.get(f"{base}/metrics", timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}).text
     except httpx.HTTPError:
         return "n/a (no /metrics)"
-    lines = [ln for ln in text.splitlines() if re.match(r"labserver_db_pool_wait_seconds_(count|sum)", ln)]
-    return "; ".join(lines) or "n/a (the server exposes no labserver_db_pool_wait_seconds)"
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    count = values.get("labserver_db_pool_wait_seconds_count")
+    if count is None:
+        return "n/a (the server exposes no labserver_db_pool_wait_seconds)"
+    total = values.get("labserver_db_pool_wait_seconds_sum", 0.0)
+    fast = values.get('labserver_db_pool_wait_seconds_bucket{le="0.1"}', 0.0)
+    out = [
+        f"{count:.0f} checkouts, mean {1000 * total / max(count, 1):.1f} ms, {count - fast:.0f} waited > 0.1 s, "
+        f"{values.get('labserver_db_pool_timeouts_total', 0):.0f} timed out"
+    ]
+    for phase in ("queue", "create"):
+        n = values.get(f'labserver_env_start_seconds_count{{phase="{phase}"}}')
+        if n:
+            mean = values.get(f'labserver_env_start_seconds_sum{{phase="{phase}"}}', 0.0) / n
+            out.append(f"env {phase}: {n:.0f} x mean {mean:.2f} s")
+    return "; ".join(out)
 
 
 def free_port() -> int:
