@@ -7,6 +7,7 @@ import mimetypes
 
 from anyio import from_thread
 from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlmodel import Session
@@ -23,7 +24,7 @@ from labserver.routes.deps import (
     CurrentAttendee,
     Me,
     SessionDep,
-    resolve_attendee,
+    resolve_in_own_session,
     token_from,
 )
 from labserver.schemas import (
@@ -393,8 +394,7 @@ def api_announcements(me: CurrentAttendee, session: SessionDep) -> list[Announce
 async def api_stream(request: Request, ctx: Ctx) -> EventSourceResponse:
     """My live events (SSE). The token is resolved in a short session of its own: a stream stays
     open for hours and must not hold a database connection (the pool would run dry at ~15 pages)."""
-    with Session(ctx.engine, expire_on_commit=False) as session:
-        me = resolve_attendee(session, token_from(request.headers, request.cookies))
+    me = await run_in_threadpool(resolve_in_own_session, ctx, token_from(request.headers, request.cookies))
     if me is None:
         raise HTTPException(401, "Join an event first: your attendee token is missing or unknown.")
     sub = ctx.live.subscribe(me.event.id or 0, me.id)

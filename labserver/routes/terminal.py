@@ -14,6 +14,7 @@ import contextlib
 import json
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
 from starlette.websockets import WebSocketState
 
@@ -21,7 +22,7 @@ from labserver.backends.base import BackendError, EnvRef
 from labserver.i18n import gettext
 from labserver.live import Kind, LiveEvent
 from labserver.models import Environment
-from labserver.routes.deps import Me, instructor_from, resolve_attendee, token_from
+from labserver.routes.deps import Me, instructor_from, resolve_in_own_session, token_from
 from labserver.services import environments
 from labserver.services.context import AppContext
 from labserver.terminals import TerminalSession
@@ -104,8 +105,7 @@ async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
     the environment waits its turn or starts, a status line says so; nothing times out meanwhile."""
     ctx: AppContext = ws.app.state.ctx
     token = ws.query_params.get("token") or token_from(ws.headers, ws.cookies)
-    with Session(ctx.engine, expire_on_commit=False) as db:  # closed before any wait
-        me = resolve_attendee(db, token)
+    me = await run_in_threadpool(resolve_in_own_session, ctx, token)  # never waits for the pool in the loop
     if me is None:
         await ws.close(code=4401, reason="join an event first")
         return
@@ -181,8 +181,7 @@ async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
         return
     readonly = ws.query_params.get("readonly", "1") != "0"
     lab_id = ws.query_params.get("lab", "")
-    with Session(ctx.engine, expire_on_commit=False) as db:
-        row = db.get(Environment, env_id)
+    row = await run_in_threadpool(_environment_row, ctx, env_id)
     if row is None or not row.ref:
         await ws.close(code=4404, reason="no such environment")
         return
@@ -201,6 +200,11 @@ async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
         await ws.close(code=1000)
         return
     await bridge(ws, session, readonly=readonly)
+
+
+def _environment_row(ctx: AppContext, env_id: str) -> Environment | None:
+    with Session(ctx.engine, expire_on_commit=False) as db:
+        return db.get(Environment, env_id)
 
 
 def _query_token_ok(ctx: AppContext, ws: WebSocket) -> bool:

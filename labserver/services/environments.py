@@ -158,14 +158,12 @@ async def _ensure(
     ctx: AppContext, session: Session, *, event: Event, attendee: Attendee, trust_ready: bool
 ) -> tuple[EnvRef, bool]:
     """(ref, whether it was provisioned just now). The session holds no connection across the
-    engine calls or the waits (lock, admission queue): each read/write is followed by a release."""
+    engine calls or the waits (lock, admission queue), and its reads and writes run in a worker
+    thread: the event loop never waits for the pool (a connection holder may need the loop)."""
     spec = spec_for(ctx, event, attendee)
     release(session)  # the caller's reads (token, event) end here, before any wait
     async with ctx.env_lock(spec.env_id):
-        row = session.get(Environment, spec.env_id)
-        if row is not None:
-            session.refresh(row)
-        release(session)
+        row = await asyncio.to_thread(_load, session, spec.env_id)
         ref = ref_of(row)
         if row is not None and ref is not None and row.state in USABLE:
             if trust_ready:
@@ -173,28 +171,56 @@ async def _ensure(
             status = await ctx.backend.status(ref)
             if status.state == EnvState.ready:
                 return ref, False
-            session.refresh(row)
-            if not transition_allowed(row.state, EnvState.provisioning):  # died during a lab reset
-                set_state(ctx, session, row, EnvState.stopped, message=status.message)
-        if row is None:
-            row = Environment(
-                id=spec.env_id, event_id=spec.event_id, attendee_id=spec.attendee_id, backend=ctx.backend.name
-            )
-            session.add(row)
-            session.commit()
-        set_state(ctx, session, row, EnvState.provisioning, message="Preparing your environment")
+            await asyncio.to_thread(_died, ctx, session, row, status.message)
+        row = await asyncio.to_thread(_begin, ctx, session, row, spec)
         try:
             ref = await admitted_create(ctx, spec)
         except BackendError as exc:
             log.warning("provisioning %s failed: %s (%s) %s", spec.env_id, exc.message, exc.reason, exc.log)
-            set_state(ctx, session, row, EnvState.failed, message=exc.message, reason=exc.reason)
+            await asyncio.to_thread(_store, ctx, session, row, None, exc)
             raise
-        session.refresh(row)
-        row.ref = ref.to_json()
-        row.node = ref.node
-        row.device = ref.device
-        set_state(ctx, session, row, EnvState.ready)
+        await asyncio.to_thread(_store, ctx, session, row, ref, None)
         return ref, True
+
+
+def _load(session: Session, env_id: str) -> Environment | None:
+    row = session.get(Environment, env_id)
+    if row is not None:
+        session.refresh(row)
+    release(session)
+    return row
+
+
+def _died(ctx: AppContext, session: Session, row: Environment, message: str) -> None:
+    session.refresh(row)
+    if not transition_allowed(row.state, EnvState.provisioning):  # died during a lab reset
+        set_state(ctx, session, row, EnvState.stopped, message=message)
+    release(session)
+
+
+def _begin(ctx: AppContext, session: Session, row: Environment | None, spec: EnvSpec) -> Environment:
+    if row is None:
+        row = Environment(
+            id=spec.env_id, event_id=spec.event_id, attendee_id=spec.attendee_id, backend=ctx.backend.name
+        )
+        session.add(row)
+        session.commit()
+    set_state(ctx, session, row, EnvState.provisioning, message="Preparing your environment")
+    return row
+
+
+def _store(
+    ctx: AppContext, session: Session, row: Environment, ref: EnvRef | None, exc: BackendError | None
+) -> None:
+    if exc is not None or ref is None:
+        message, reason = (exc.message, exc.reason) if exc is not None else ("", "")
+        set_state(ctx, session, row, EnvState.failed, message=message, reason=reason)
+        return
+    session.refresh(row)
+    row.ref = ref.to_json()
+    row.node = ref.node
+    row.device = ref.device
+    set_state(ctx, session, row, EnvState.ready)
 
 
 async def admitted_create(ctx: AppContext, spec: EnvSpec) -> EnvRef:

@@ -1,4 +1,4 @@
-"""A room joins at once: 100 joins + terminal opens through the real app (uvicorn on a port, the
+"""A room joins at once: 100 joins + lab pages + live streams + terminal opens through the real app (uvicorn on a port, the
 public HTTP and WebSocket routes) with a database pool of 2 connections and an engine whose create
 and terminal take half a second each. Before the fix, requests held their connection across those
 calls and the 3rd concurrent one timed out on the pool; now every attendee gets a working shell, and
@@ -67,12 +67,24 @@ def serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:  # type: ignore[
 
 
 async def attendee(host: str, n: int) -> tuple[str, bytes]:
-    """Join, open the terminal, echo: ("ok", output) or (failure kind, output so far)."""
+    """What a browser does: join, the lab page with its live stream kept open, the terminal, an
+    echo. ("ok", terminal output) or (failure kind, output so far)."""
     async with httpx.AsyncClient(base_url=f"http://{host}", timeout=120) as client:
         resp = await client.post("/api/v1/join", json={"event_code": CODE, "name": f"burst {n}"})
         if resp.status_code != 200:
             return f"join HTTP {resp.status_code}", b""
         token = resp.json()["token"]
+        client.headers["Authorization"] = f"Bearer {token}"
+        async with client.stream("GET", "/api/v1/stream") as stream:
+            if stream.status_code != 200:
+                return f"stream HTTP {stream.status_code}", b""
+            page = await client.get("/labs/getting-started", cookies={"labserver_token": token})
+            if page.status_code != 200:
+                return f"lab page HTTP {page.status_code}", b""
+            return await terminal(host, token)
+
+
+async def terminal(host: str, token: str) -> tuple[str, bytes]:
     marker = uuid.uuid4().hex[:6]
     seen = b""
     try:
