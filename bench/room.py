@@ -137,7 +137,8 @@ async def one_attendee(base: str, code: str, lab: str, who: Attendee) -> None:
         except websockets.exceptions.InvalidStatus as exc:
             who.failure = f"terminal HTTP {exc.response.status_code}"
         except websockets.exceptions.ConnectionClosed as exc:
-            who.failure = f"terminal closed ({exc.rcvd.code if exc.rcvd else 'no code'})"
+            code = f"{exc.rcvd.code} {exc.rcvd.reason}".strip() if exc.rcvd else "no close frame"
+            who.failure = f"terminal closed ({code})"
         except (httpx.HTTPError, OSError) as exc:
             who.failure = f"{type(exc).__name__}"
         finally:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
+from starlette.types import Message
 from starlette.websockets import WebSocketState
 
 from labserver.backends.base import BackendError, EnvRef
@@ -32,7 +35,11 @@ router = APIRouter(prefix="/api/v1", tags=["terminal"])
 READY = json.dumps({"ready": True})
 
 
-async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> None:
+async def bridge(
+    ws: WebSocket, session: TerminalSession, *, readonly: bool, early: Sequence[Message] = ()
+) -> None:
+    """Pump the shell's output to the socket and the socket's frames to the shell; ``early`` are
+    frames that arrived while the environment was starting (handled first, in order)."""
     queue, scrollback = session.attach()
     try:
         if scrollback:
@@ -50,6 +57,10 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
                     return
                 await ws.send_bytes(data)
 
+        for msg in early:
+            if msg["type"] == "websocket.disconnect":
+                return
+            await handle_frame(session, msg, readonly=readonly)
         out_task = asyncio.ensure_future(pump_out())
         try:
             while True:
@@ -61,24 +72,7 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
                 msg = recv.result()
                 if msg["type"] == "websocket.disconnect":
                     return
-                if msg.get("bytes") is not None:
-                    if not readonly:
-                        await session.write(msg["bytes"])
-                elif msg.get("text") is not None:
-                    text = msg["text"]
-                    try:
-                        ctl = json.loads(text)
-                    except ValueError:
-                        ctl = None
-                    if isinstance(ctl, dict) and "resize" in ctl:
-                        if not readonly:
-                            cols, rows = ctl["resize"]
-                            await session.resize(int(cols), int(rows))
-                    elif isinstance(ctl, dict) and "input" in ctl:
-                        if not readonly:
-                            await session.write(str(ctl["input"]).encode())
-                    elif not readonly:
-                        await session.write(text.encode())
+                await handle_frame(session, msg, readonly=readonly)
         finally:
             out_task.cancel()
     except WebSocketDisconnect:
@@ -88,6 +82,27 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
         if ws.application_state != WebSocketState.DISCONNECTED:
             with contextlib.suppress(Exception):
                 await ws.close()
+
+
+async def handle_frame(session: TerminalSession, msg: Message, *, readonly: bool) -> None:
+    """One frame from the browser: keystrokes (binary, or text not JSON), resize or input control."""
+    if readonly:
+        return
+    if msg.get("bytes") is not None:
+        await session.write(msg["bytes"])
+    elif msg.get("text") is not None:
+        text = msg["text"]
+        try:
+            ctl = json.loads(text)
+        except ValueError:
+            ctl = None
+        if isinstance(ctl, dict) and "resize" in ctl:
+            cols, rows = ctl["resize"]
+            await session.resize(int(cols), int(rows))
+        elif isinstance(ctl, dict) and "input" in ctl:
+            await session.write(str(ctl["input"]).encode())
+        else:
+            await session.write(text.encode())
 
 
 async def open_session(
@@ -113,8 +128,9 @@ async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
         await ws.close(code=4404, reason="no such lab")
         return
     await ws.accept()
+    early: list[Message] = []  # frames typed while the environment starts, kept for the shell
     try:
-        ref = await _environment_telling(ctx, ws, me)
+        ref = await _environment_telling(ctx, ws, me, early)
         cols = int(ws.query_params.get("cols", 100))
         rows = int(ws.query_params.get("rows", 30))
         session = await open_session(ctx, ref, lab_id, cols, rows)
@@ -125,12 +141,13 @@ async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
     except WebSocketDisconnect:
         return
     assert session is not None
-    await bridge(ws, session, readonly=False)
+    await bridge(ws, session, readonly=False, early=early)
 
 
-async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me) -> EnvRef:
+async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me, early: list[Message]) -> EnvRef:
     """The attendee's environment (started, or joined while it starts); each queue place and
-    progress message meanwhile goes to the terminal as one status line, cleared once ready."""
+    progress message meanwhile goes to the terminal as one status line, cleared once ready. The
+    socket is read all along (its frames kept in ``early``), so a long wait never looks dead."""
     sub = ctx.live.subscribe(me.event.id or 0, me.id)
 
     async def ensure() -> EnvRef:
@@ -139,10 +156,17 @@ async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me) -> EnvRef
 
     task = asyncio.ensure_future(ensure())
     told = False
+    reading: asyncio.Future[Message] | None = None
     try:
         while not task.done():
             news = asyncio.ensure_future(sub.get())
-            await asyncio.wait({task, news}, return_when=asyncio.FIRST_COMPLETED)
+            if reading is None and not (early and early[-1]["type"] == "websocket.disconnect"):
+                reading = asyncio.ensure_future(ws.receive())
+            waits: set[asyncio.Future[Any]] = {task, news} | ({reading} if reading else set())
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if reading is not None and reading.done():
+                early.append(reading.result())
+                reading = None
             if not news.done():
                 news.cancel()
                 continue
@@ -155,6 +179,8 @@ async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me) -> EnvRef
         return task.result()
     finally:
         sub.close()
+        if reading is not None:
+            reading.cancel()
         if not task.done():  # the socket went away: the start goes on (its state is stored)
             task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
