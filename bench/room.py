@@ -24,7 +24,6 @@ import asyncio
 import collections
 import json
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -43,7 +42,7 @@ import websockets.exceptions
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "room-bench-instructor"
 CODE = "ROOMBENCH"
-PREFIX = "lsroom"
+PREFIX = f"lsroom{os.getpid()}"  # of this run only: another bench may share the engine
 TIMEOUT_S = 300.0
 
 
@@ -138,7 +137,8 @@ async def one_attendee(base: str, code: str, lab: str, who: Attendee) -> None:
         except websockets.exceptions.InvalidStatus as exc:
             who.failure = f"terminal HTTP {exc.response.status_code}"
         except websockets.exceptions.ConnectionClosed as exc:
-            who.failure = f"terminal closed ({exc.rcvd.code if exc.rcvd else 'no code'})"
+            code = f"{exc.rcvd.code} {exc.rcvd.reason}".strip() if exc.rcvd else "no close frame"
+            who.failure = f"terminal closed ({code})"
         except (httpx.HTTPError, OSError) as exc:
             who.failure = f"{type(exc).__name__}"
         finally:
@@ -168,12 +168,32 @@ def report(label: str, people: list[Attendee], wall: float) -> None:
 
 
 def pool_waits(base: str) -> str:
+    """The server's own figures from ``/metrics``: database pool checkout waits (count, mean, how
+    many waited over 0.1 s, timeouts) and environment start time by phase (queue, create)."""
     try:
         text = httpx.get(f"{base}/metrics", timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}).text
     except httpx.HTTPError:
         return "n/a (no /metrics)"
-    lines = [ln for ln in text.splitlines() if re.match(r"labserver_db_pool_wait_seconds_(count|sum)", ln)]
-    return "; ".join(lines) or "n/a (the server exposes no labserver_db_pool_wait_seconds)"
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    count = values.get("labserver_db_pool_wait_seconds_count")
+    if count is None:
+        return "n/a (the server exposes no labserver_db_pool_wait_seconds)"
+    total = values.get("labserver_db_pool_wait_seconds_sum", 0.0)
+    fast = values.get('labserver_db_pool_wait_seconds_bucket{le="0.1"}', 0.0)
+    out = [
+        f"{count:.0f} checkouts, mean {1000 * total / max(count, 1):.1f} ms, {count - fast:.0f} waited > 0.1 s, "
+        f"{values.get('labserver_db_pool_timeouts_total', 0):.0f} timed out"
+    ]
+    for phase in ("queue", "create"):
+        n = values.get(f'labserver_env_start_seconds_count{{phase="{phase}"}}')
+        if n:
+            mean = values.get(f'labserver_env_start_seconds_sum{{phase="{phase}"}}', 0.0) / n
+            out.append(f"env {phase}: {n:.0f} x mean {mean:.2f} s")
+    return "; ".join(out)
 
 
 def free_port() -> int:

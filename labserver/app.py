@@ -28,6 +28,7 @@ from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
 from labserver.routes import api, instructor, pages, progress, terminal
 from labserver.services import workspace_full
+from labserver.services.admission import Admission, default_limit
 from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
 from labserver.services.fair_queue import CheckQueue
@@ -53,7 +54,7 @@ def vendor_dir(settings: Settings) -> Path:
 def build_context(settings: Settings) -> AppContext:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.ensure_secret_key()
-    engine = db.make_engine(settings.sqlalchemy_url)
+    engine = db.make_engine(settings.sqlalchemy_url, settings.db)
     db.upgrade(engine)
     ctx = AppContext(
         settings=settings,
@@ -62,6 +63,7 @@ def build_context(settings: Settings) -> AppContext:
         backend=make_backend(settings),
         live=LiveHub(),
         terminals=TerminalHub(),
+        admission=Admission(settings.admission.concurrent_starts or default_limit(settings.backend)),
     )
     ctx.check_slots = asyncio.Semaphore(settings.checks.max_concurrent)
     if settings.checks.fair_queue:
@@ -93,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await reap_leaked_graders(ctx.backend)
         except Exception:  # an engine outage must not stop the server from starting
             log.exception("could not reap leaked grader containers")
-        with Session(ctx.engine, expire_on_commit=False) as session:
+        with Session(ctx.engine, expire_on_commit=False) as session:  # released before each engine call
             try:
                 orphans = await reconcile(ctx, session)
                 if orphans:
@@ -107,6 +109,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             task.cancel()
+            for started in list(ctx.background):
+                started.cancel()
             await ctx.terminals.close_all()
             ctx.engine.dispose()
 

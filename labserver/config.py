@@ -35,6 +35,23 @@ class CheckSettings(BaseModel):
     fair_reserve: int = 1  # slots over-budget attendees can never take (services/fair_queue.py)
 
 
+class DatabaseSettings(BaseModel):
+    """The connection pool. Requests hold a connection only for their reads and writes, never across
+    slow work, so a small pool serves a big room; a checkout waiting longer than the timeout fails."""
+
+    pool_size: int = Field(default=5, ge=1)
+    max_overflow: int = Field(default=10, ge=0)
+    pool_timeout_s: float = Field(default=30.0, gt=0)
+
+
+class AdmissionSettings(BaseModel):
+    """Environment starts at once per server (the rest wait in a FIFO queue, and see their place).
+    0 = the backend's default: local 8, docker 4 per engine. The instructor changes it at run time."""
+
+    concurrent_starts: int = Field(default=0, ge=0)
+    retry_s: float = Field(default=5.0, gt=0)  # a "no room" start is retried after this, or when room frees
+
+
 class StuckSettings(BaseModel):
     time_factor: float = 2.0  # flagged when time on step > factor x the room's median time
     min_seconds: float = 300.0  # ... and at least this long
@@ -86,6 +103,8 @@ class Settings(BaseSettings):
     allow_unsandboxed: bool = False  # without a working sandbox, admit attendees from other machines
     selfpaced: bool = False
     checks: CheckSettings = Field(default_factory=CheckSettings)
+    db: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     stuck: StuckSettings = Field(default_factory=StuckSettings)
     docker: DockerSettings = Field(default_factory=DockerSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)

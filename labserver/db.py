@@ -1,5 +1,10 @@
 """Engine creation and migrations. SQLite runs in WAL mode; PostgreSQL through
-``LABSERVER_DATABASE_URL``. Migrations (Alembic, ``labserver/migrations``) are applied at start."""
+``LABSERVER_DATABASE_URL``. Migrations (Alembic, ``labserver/migrations``) are applied at start.
+
+The connection pool (size, overflow, timeout: ``LABSERVER_DB__*``) is small on purpose: no request
+holds a connection across an engine call, a checker run, file I/O or a wait (:func:`release`
+before each), so a room of hundreds shares a handful. Every checkout's wait is measured
+(:data:`labserver.metrics.DB_POOL_WAIT`)."""
 
 from __future__ import annotations
 
@@ -14,14 +19,26 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
+from labserver import metrics
+from labserver.config import DatabaseSettings
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, pool: DatabaseSettings | None = None) -> Engine:
+    pool = pool or DatabaseSettings()
+    sizes: dict[str, Any] = {
+        "poolclass": metrics.TimedQueuePool,
+        "pool_size": pool.pool_size,
+        "max_overflow": pool.max_overflow,
+        "pool_timeout": pool.pool_timeout_s,
+    }
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        if ":memory:" in url or url in ("sqlite://", "sqlite:///"):
+            sizes = {}
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **sizes)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -33,7 +50,15 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    engine = create_engine(url, pool_pre_ping=True, **sizes)
+    return engine
+
+
+def release(session: Session) -> None:
+    """End the session's transaction so its connection goes back to the pool before slow work (an
+    engine call, a checker, file I/O, a wait). Loaded objects stay usable (``expire_on_commit`` is
+    off); the next query checks a connection out again. Pending changes are committed."""
+    session.commit()
 
 
 def alembic_config(engine: Engine) -> Config:

@@ -18,6 +18,7 @@ import asyncio
 import enum
 import itertools
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ class Kind(enum.StrEnum):
     check_queued = "check.queued"
     env_state = "env.state"
     env_progress = "env.progress"
+    env_queue = "env.queue"
     step_opened = "step.opened"
     lab_reset = "lab.reset"
     solution_revealed = "solution.revealed"
@@ -65,6 +67,22 @@ class Subscription:
         self.attendee_id = attendee_id  # None = everything in the event (instructor)
         self.queue: asyncio.Queue[LiveEvent] = asyncio.Queue(maxsize)
         self.overflowed = False
+        try:  # the loop that reads (None: a subscriber outside any loop, read by polling)
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._thread = threading.get_ident()
+
+    def deliver(self, ev: LiveEvent) -> None:
+        """:meth:`offer` from any thread: a publisher in a worker thread (a sync route, a database
+        step run off the loop) hands the event to the subscriber's loop, which wakes to read it."""
+        if self._loop is None or threading.get_ident() == self._thread:
+            self.offer(ev)
+            return
+        try:
+            self._loop.call_soon_threadsafe(self.offer, ev)
+        except RuntimeError:  # that loop is closed: nobody reads it any more
+            self.offer(ev)
 
     def wants(self, ev: LiveEvent) -> bool:
         if ev.event_id != self.event_id:
@@ -110,7 +128,7 @@ class LiveHub:
         ev = LiveEvent(Kind(kind), event_id, attendee_id, data, next(self._seq))
         for sub in list(self._subs):
             if sub.wants(ev):
-                sub.offer(ev)
+                sub.deliver(ev)
         return ev
 
     @property

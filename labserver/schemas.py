@@ -134,6 +134,14 @@ class PacePublic(_Out):
 
 
 # -- environments -----------------------------------------------------------------------------------
+class AdmissionPublic(_Out):
+    """Environment starts: allowed at once (``limit``), running now, waiting in the queue."""
+
+    limit: int
+    starting: int
+    queued: int
+
+
 class EnvironmentPublic(_Out):
     """An attendee's environment (``state`` is ``none`` before the first one is made)."""
 

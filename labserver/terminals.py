@@ -146,23 +146,36 @@ class TerminalSession:
 
 
 class TerminalHub:
+    """The open sessions. Opening one is per key: a shell that is starting holds up only those who
+    asked for the same (environment, lab) (they share its future), never another attendee's."""
+
     def __init__(self, idle_close_s: float = 1800.0) -> None:
         self.sessions: dict[Key, TerminalSession] = {}
         self.idle_close_s = idle_close_s
-        self._lock = asyncio.Lock()
+        self._opening: dict[Key, asyncio.Future[TerminalSession]] = {}
 
     async def get(self, key: Key, opener: Callable[[], Awaitable[Terminal]] | None) -> TerminalSession | None:
-        """The live session for ``key``; opened with ``opener`` when absent (None: only existing)."""
-        async with self._lock:
-            session = self.sessions.get(key)
-            if session is not None and not session.closed:
-                return session
-            if opener is None:
-                return None
-            term = await opener()
-            session = TerminalSession(key, term, self._ended)
-            self.sessions[key] = session
+        """The live session for ``key``; opened with ``opener`` when absent (None: only existing).
+        Concurrent callers for one key share one open; a caller that goes away does not cancel it
+        (the shell is then closed as idle like any other)."""
+        session = self.sessions.get(key)
+        if session is not None and not session.closed:
             return session
+        if opener is None:
+            return None
+        pending = self._opening.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._open(key, opener))
+            self._opening[key] = pending
+            pending.add_done_callback(lambda _done: self._opening.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _open(self, key: Key, opener: Callable[[], Awaitable[Terminal]]) -> TerminalSession:
+        term = await opener()
+        session = TerminalSession(key, term, self._ended)
+        session.idle_since = asyncio.get_running_loop().time()  # until the first viewer attaches
+        self.sessions[key] = session
+        return session
 
     def _ended(self, key: Key) -> None:
         self.sessions.pop(key, None)

@@ -102,3 +102,14 @@ def iter_routes(app: FastAPI):  # type: ignore[no-untyped-def]
                 yield prefix + getattr(route, "path", ""), route
 
     return list(walk(app.routes))
+
+
+def settle(app: FastAPI, timeout_s: float = 60.0) -> None:
+    """Wait until the environment starts begun in the background (at join) are over, so a test that
+    writes an environment row itself does not race them."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while app.state.ctx.background and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not app.state.ctx.background, "environment starts begun at join did not finish"

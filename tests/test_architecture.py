@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "labserver.i18n",
             "labserver.models",
             "labserver.db",
+            "labserver.metrics",
             "labserver.migrations",
         ),
     ),

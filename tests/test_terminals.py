@@ -90,4 +90,33 @@ def test_a_viewer_that_never_reads_holds_a_bounded_backlog_and_is_resynced() -> 
         assert await asyncio.wait_for(stalled.get(), 5) == b"after"
         await session.close()
 
+
+def test_thirty_shells_open_in_parallel_and_one_key_opens_once() -> None:
+    """Each opener waits until all thirty have begun: a hub that opens one shell at a time (one
+    lock around the open) never gets there and the wait_for below gives up."""
+    from labserver.terminals import TerminalHub
+
+    async def go() -> None:
+        hub = TerminalHub()
+        begun: list[str] = []
+        all_begun = asyncio.Event()
+
+        def opener(env: str) -> Callable[[], asyncio.Future[ScriptedPty]]:
+            async def open_() -> ScriptedPty:
+                begun.append(env)
+                if len(begun) == 30:
+                    all_begun.set()
+                await all_begun.wait()
+                return ScriptedPty(marks_prompt=False)
+
+            return open_  # type: ignore[return-value]
+
+        keys = [(f"env{i}", "lab") for i in range(30)]
+        twice = [hub.get(key, opener(key[0])) for key in keys] + [hub.get(keys[0], opener("again"))]
+        sessions = await asyncio.wait_for(asyncio.gather(*twice), 10)
+        assert len(begun) == 30 and "again" not in begun  # the same key shared its open
+        assert sessions[0] is sessions[-1]
+        assert {s.key for s in sessions} == set(keys)
+        await hub.close_all()
+
     asyncio.run(go())

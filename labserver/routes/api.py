@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import mimetypes
 
+from anyio import from_thread
 from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlmodel import Session
@@ -14,6 +16,7 @@ from sse_starlette.sse import EventSourceResponse
 from labserver.backends.base import EnvRef, PathRefused, safe_relpath
 from labserver.backends.local import join_refusal
 from labserver.content import Lab, Step
+from labserver.db import release
 from labserver.i18n import gettext, pick_lang
 from labserver.routes.deps import (
     ATTENDEE_COOKIE,
@@ -21,7 +24,7 @@ from labserver.routes.deps import (
     CurrentAttendee,
     Me,
     SessionDep,
-    resolve_attendee,
+    resolve_in_own_session,
     token_from,
 )
 from labserver.schemas import (
@@ -115,6 +118,9 @@ def api_join(
         user_agent=request.headers.get("user-agent", ""),
         address=request.client.host if request.client else None,
     )
+    release(session)
+    # provisioning begins now, in the background: joining never waits for an environment
+    from_thread.run_sync(lambda: environments.start_in_background(ctx, event=event, attendee=attendee))
     response.set_cookie(ATTENDEE_COOKIE, token, httponly=True, samesite="lax", max_age=30 * 24 * 3600)
     return JoinPublic(
         attendee=AttendeeRef(id=attendee.id, name=attendee.name),
@@ -395,8 +401,7 @@ def api_announcements(me: CurrentAttendee, session: SessionDep) -> list[Announce
 async def api_stream(request: Request, ctx: Ctx) -> EventSourceResponse:
     """My live events (SSE). The token is resolved in a short session of its own: a stream stays
     open for hours and must not hold a database connection (the pool would run dry at ~15 pages)."""
-    with Session(ctx.engine, expire_on_commit=False) as session:
-        me = resolve_attendee(session, token_from(request.headers, request.cookies))
+    me = await run_in_threadpool(resolve_in_own_session, ctx, token_from(request.headers, request.cookies))
     if me is None:
         raise HTTPException(401, "Join an event first: your attendee token is missing or unknown.")
     sub = ctx.live.subscribe(me.event.id or 0, me.id)

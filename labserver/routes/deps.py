@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Path, Query, Request, WebSocket
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlmodel import Session
 
+from labserver.db import release
 from labserver.models import Attendee, Event
 from labserver.services.context import AppContext
 from labserver.services.events import attendee_for_token
@@ -39,11 +40,13 @@ Ctx = Annotated[AppContext, Depends(get_ctx)]
 
 
 def get_session(ctx: Ctx) -> Iterator[Session]:
+    """The request's session, closed as soon as the handler returns (``scope="function"``), not after
+    the response is sent. Services release it before slow work (``db.release``)."""
     with Session(ctx.engine, expire_on_commit=False) as session:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def token_from(headers: dict[str, str] | object, cookies: dict[str, str]) -> str:
@@ -65,13 +68,21 @@ class Me:
 
 
 def resolve_attendee(session: Session, token: str) -> Me | None:
+    """The attendee and event of ``token``; the session's connection is released before returning
+    (the handler runs in another step: no connection may wait across it)."""
     attendee = attendee_for_token(session, token)
-    if attendee is None:
-        return None
-    event = session.get(Event, attendee.event_id)
-    if event is None:
+    event = session.get(Event, attendee.event_id) if attendee is not None else None
+    release(session)
+    if attendee is None or event is None:
         return None
     return Me(attendee, event)
+
+
+def resolve_in_own_session(ctx: AppContext, token: str) -> Me | None:
+    """:func:`resolve_attendee` in a short session of its own (streams and sockets, which outlive
+    any request session). Blocking: call it in a worker thread, never in the event loop."""
+    with Session(ctx.engine, expire_on_commit=False) as session:
+        return resolve_attendee(session, token)
 
 
 def current_attendee(request: Request, session: SessionDep) -> Me:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from labserver.routes import instructor_api, instructor_joins, instructor_pages
+from labserver.routes import instructor_admission, instructor_api, instructor_joins, instructor_pages
 
 router = APIRouter()
 router.include_router(instructor_api.router)
 router.include_router(instructor_joins.router)
+router.include_router(instructor_admission.router)
 router.include_router(instructor_pages.router)

@@ -12,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session
+from starlette.types import Message
 from starlette.websockets import WebSocketState
 
 from labserver.backends.base import BackendError, EnvRef
+from labserver.i18n import gettext
+from labserver.live import Kind, LiveEvent
 from labserver.models import Environment
-from labserver.routes.deps import instructor_from, resolve_attendee, token_from
+from labserver.routes.deps import Me, instructor_from, resolve_in_own_session, token_from
 from labserver.services import environments
 from labserver.services.context import AppContext
 from labserver.terminals import RESYNC, TerminalSession
@@ -31,7 +37,11 @@ READY = json.dumps({"ready": True})
 SKIPPED = b"\r\n\x1b[33m[output skipped: this connection was too slow to follow the shell]\x1b[0m\r\n"
 
 
-async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> None:
+async def bridge(
+    ws: WebSocket, session: TerminalSession, *, readonly: bool, early: Sequence[Message] = ()
+) -> None:
+    """Pump the shell's output to the socket and the socket's frames to the shell; ``early`` are
+    frames that arrived while the environment was starting (handled first, in order)."""
     queue, scrollback = session.attach()
     try:
         if scrollback:
@@ -51,6 +61,10 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
                     data = SKIPPED + bytes(session.scrollback)
                 await ws.send_bytes(data)
 
+        for msg in early:
+            if msg["type"] == "websocket.disconnect":
+                return
+            await handle_frame(session, msg, readonly=readonly)
         out_task = asyncio.ensure_future(pump_out())
         try:
             while True:
@@ -62,24 +76,7 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
                 msg = recv.result()
                 if msg["type"] == "websocket.disconnect":
                     return
-                if msg.get("bytes") is not None:
-                    if not readonly:
-                        await session.write(msg["bytes"])
-                elif msg.get("text") is not None:
-                    text = msg["text"]
-                    try:
-                        ctl = json.loads(text)
-                    except ValueError:
-                        ctl = None
-                    if isinstance(ctl, dict) and "resize" in ctl:
-                        if not readonly:
-                            cols, rows = ctl["resize"]
-                            await session.resize(int(cols), int(rows))
-                    elif isinstance(ctl, dict) and "input" in ctl:
-                        if not readonly:
-                            await session.write(str(ctl["input"]).encode())
-                    elif not readonly:
-                        await session.write(text.encode())
+                await handle_frame(session, msg, readonly=readonly)
         finally:
             out_task.cancel()
     except WebSocketDisconnect:
@@ -89,6 +86,27 @@ async def bridge(ws: WebSocket, session: TerminalSession, *, readonly: bool) -> 
         if ws.application_state != WebSocketState.DISCONNECTED:
             with contextlib.suppress(Exception):
                 await ws.close()
+
+
+async def handle_frame(session: TerminalSession, msg: Message, *, readonly: bool) -> None:
+    """One frame from the browser: keystrokes (binary, or text not JSON), resize or input control."""
+    if readonly:
+        return
+    if msg.get("bytes") is not None:
+        await session.write(msg["bytes"])
+    elif msg.get("text") is not None:
+        text = msg["text"]
+        try:
+            ctl = json.loads(text)
+        except ValueError:
+            ctl = None
+        if isinstance(ctl, dict) and "resize" in ctl:
+            cols, rows = ctl["resize"]
+            await session.resize(int(cols), int(rows))
+        elif isinstance(ctl, dict) and "input" in ctl:
+            await session.write(str(ctl["input"]).encode())
+        else:
+            await session.write(text.encode())
 
 
 async def open_session(
@@ -102,29 +120,85 @@ async def open_session(
 
 @router.websocket("/labs/{lab_id}/terminal")
 async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
-    """My terminal in a lab folder: a shell that survives reconnects (frames: see the module)."""
+    """My terminal in a lab folder: a shell that survives reconnects (frames: see the module). While
+    the environment waits its turn or starts, a status line says so; nothing times out meanwhile."""
     ctx: AppContext = ws.app.state.ctx
     token = ws.query_params.get("token") or token_from(ws.headers, ws.cookies)
-    with Session(ctx.engine, expire_on_commit=False) as db:
-        me = resolve_attendee(db, token)
-        if me is None:
-            await ws.close(code=4401, reason="join an event first")
-            return
-        if lab_id not in environments.event_labs(ctx, me.event):
-            await ws.close(code=4404, reason="no such lab")
-            return
-        await ws.accept()
-        try:
-            ref = await environments.ensure_environment(ctx, db, event=me.event, attendee=me.attendee)
-            cols = int(ws.query_params.get("cols", 100))
-            rows = int(ws.query_params.get("rows", 30))
-            session = await open_session(ctx, ref, lab_id, cols, rows)
-        except BackendError as exc:
-            await ws.send_bytes(f"\r\n\x1b[31m{exc.message}\x1b[0m\r\n".encode())
-            await ws.close(code=1011, reason=exc.reason)
-            return
+    me = await run_in_threadpool(resolve_in_own_session, ctx, token)  # never waits for the pool in the loop
+    if me is None:
+        await ws.close(code=4401, reason="join an event first")
+        return
+    if lab_id not in environments.event_labs(ctx, me.event):
+        await ws.close(code=4404, reason="no such lab")
+        return
+    await ws.accept()
+    early: list[Message] = []  # frames typed while the environment starts, kept for the shell
+    try:
+        ref = await _environment_telling(ctx, ws, me, early)
+        cols = int(ws.query_params.get("cols", 100))
+        rows = int(ws.query_params.get("rows", 30))
+        session = await open_session(ctx, ref, lab_id, cols, rows)
+    except BackendError as exc:
+        await ws.send_bytes(f"\r\n\x1b[31m{exc.message}\x1b[0m\r\n".encode())
+        await ws.close(code=1011, reason=exc.reason)
+        return
+    except WebSocketDisconnect:
+        return
     assert session is not None
-    await bridge(ws, session, readonly=False)
+    await bridge(ws, session, readonly=False, early=early)
+
+
+async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me, early: list[Message]) -> EnvRef:
+    """The attendee's environment (started, or joined while it starts); each queue place and
+    progress message meanwhile goes to the terminal as one status line, cleared once ready. The
+    socket is read all along (its frames kept in ``early``), so a long wait never looks dead."""
+    sub = ctx.live.subscribe(me.event.id or 0, me.id)
+
+    async def ensure() -> EnvRef:
+        with Session(ctx.engine, expire_on_commit=False) as db:
+            return await environments.ensure_environment(ctx, db, event=me.event, attendee=me.attendee)
+
+    task = asyncio.ensure_future(ensure())
+    told = False
+    reading: asyncio.Future[Message] | None = None
+    try:
+        while not task.done():
+            news = asyncio.ensure_future(sub.get())
+            if reading is None and not (early and early[-1]["type"] == "websocket.disconnect"):
+                reading = asyncio.ensure_future(ws.receive())
+            waits: set[asyncio.Future[Any]] = {task, news} | ({reading} if reading else set())
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if reading is not None and reading.done():
+                early.append(reading.result())
+                reading = None
+            if not news.done():
+                news.cancel()
+                continue
+            line = status_line(me.attendee.lang, news.result())
+            if line:
+                await ws.send_bytes(f"\r\x1b[2K\x1b[90m{line}\x1b[0m".encode())
+                told = True
+        if told:
+            await ws.send_bytes(b"\r\x1b[2K")
+        return task.result()
+    finally:
+        sub.close()
+        if reading is not None:
+            reading.cancel()
+        if not task.done():  # the socket went away: the start goes on (its state is stored)
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
+def status_line(lang: str, ev: LiveEvent) -> str:
+    """What the terminal shows for a live event while the environment starts ("" for none)."""
+    if ev.kind == Kind.env_queue:
+        ahead = int(ev.data.get("ahead", 0))
+        if ahead <= 0:
+            return gettext(lang, "Starting your environment: you are next")
+        return gettext(lang, "Starting your environment: %(ahead)s ahead of you") % {"ahead": ahead}
+    if ev.kind == Kind.env_progress:
+        return str(ev.data.get("message", ""))
+    return ""
 
 
 @router.websocket("/environments/{env_id}/terminal")
@@ -137,8 +211,7 @@ async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
         return
     readonly = ws.query_params.get("readonly", "1") != "0"
     lab_id = ws.query_params.get("lab", "")
-    with Session(ctx.engine, expire_on_commit=False) as db:
-        row = db.get(Environment, env_id)
+    row = await run_in_threadpool(_environment_row, ctx, env_id)
     if row is None or not row.ref:
         await ws.close(code=4404, reason="no such environment")
         return
@@ -157,6 +230,11 @@ async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
         await ws.close(code=1000)
         return
     await bridge(ws, session, readonly=readonly)
+
+
+def _environment_row(ctx: AppContext, env_id: str) -> Environment | None:
+    with Session(ctx.engine, expire_on_commit=False) as db:
+        return db.get(Environment, env_id)
 
 
 def _query_token_ok(ctx: AppContext, ws: WebSocket) -> bool:

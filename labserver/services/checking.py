@@ -15,6 +15,7 @@ from labserver.backends.base import BackendError, CheckRaw, EnvRef
 from labserver.checks.request import check_request
 from labserver.checks.verdict import interpret
 from labserver.content import Lab, Step
+from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.services import workspace_full
@@ -90,11 +91,13 @@ async def run_check(
         ):
             return await ctx.backend.run_check(ref, request)
 
+    release(session)  # the caller's reads end before waiting for the attendee's check lock
     async with ctx.check_lock(attendee.id):
         run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
         session.add(run)
         session.commit()
         session.refresh(run)
+        release(session)
         ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
         try:
             # the row is trusted; the backend polls the engine once before the check (run_check)
@@ -122,5 +125,6 @@ async def run_check(
             session.add(run)
             session.commit()  # committed before anyone sees it
             session.refresh(run)
+            release(session)
             publish_finished(ctx, run, attendee)
         return run

@@ -14,6 +14,7 @@ from labserver.content import LabCatalog
 from labserver.live import LiveHub
 from labserver.services.fair_queue import CheckQueue
 from labserver.services.join_notes import JoinWatch
+from labserver.services.admission import Admission
 from labserver.terminals import TerminalHub
 
 
@@ -25,6 +26,9 @@ class AppContext:
     backend: Backend
     live: LiveHub
     terminals: TerminalHub
+    admission: Admission = field(default_factory=lambda: Admission(4))
+    #: tasks started in the background (environment starts at join), kept so they are not collected
+    background: set[asyncio.Task[None]] = field(default_factory=set)
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
     join_watch: JoinWatch = field(default_factory=JoinWatch)  # user agent + address key per join

@@ -23,6 +23,7 @@ from sqlmodel import Session, col, func, select
 
 from labserver import clock
 from labserver.backends.base import EnvRef, EnvState, Stoppable
+from labserver.db import release
 from labserver.models import Attendee, CheckRun, Environment
 from labserver.services.context import AppContext
 from labserver.services.environments import set_state
@@ -126,6 +127,7 @@ async def cull_idle(ctx: AppContext, session: Session) -> list[str]:
         activity[row.id] = max(seen)
         created[row.id] = row.created_at
     watched = {env_id for (env_id, _lab), s in ctx.terminals.sessions.items() if s.viewers}
+    release(session)  # no connection held while the engine stops containers
 
     async def close_shells(ref: EnvRef) -> None:
         await ctx.terminals.close_env(ref.env_id)
@@ -134,6 +136,7 @@ async def cull_idle(ctx: AppContext, session: Session) -> list[str]:
         row = session.get(Environment, ref.env_id)
         if row is not None:
             set_state(ctx, session, row, EnvState.stopped, message=IDLE_MESSAGE, reason="idle")
+        ctx.admission.room_freed()
         log.info("stopped idle environment %s", ref.env_id)
 
     return await cull(

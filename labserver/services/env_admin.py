@@ -25,6 +25,7 @@ from sqlmodel import Session, select
 
 from labserver.backends.base import BackendError, EnvRef, EnvState, Stoppable, transition_allowed
 from labserver.content import Lab, Step
+from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
 from labserver.services.context import AppContext
@@ -36,23 +37,29 @@ log = logging.getLogger(__name__)
 
 async def restart(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
     row = get_row(session, attendee)
+    release(session)
     if row is not None:
         await ctx.terminals.close_env(row.id)
         ref = ref_of(row)
         if ref is not None and isinstance(ctx.backend, Stoppable):
             await ctx.backend.stop(ref)  # every process in it ends, not only the shells
+        session.refresh(row)
         set_state(ctx, session, row, EnvState.stopped, message="Restarting")
     return await ensure_environment(ctx, session, event=event, attendee=attendee)
 
 
 async def recreate(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
     row = get_row(session, attendee)
+    release(session)
     if row is not None:
         await ctx.terminals.close_env(row.id)
+        session.refresh(row)
         ref = ref_of(row)
-        set_state(ctx, session, row, EnvState.stopped, message="Recreating")
+        set_state(ctx, session, row, EnvState.stopped, message="Recreating")  # commits: released
         if ref is not None:
             await ctx.backend.destroy(ref)
+            ctx.admission.room_freed()
+        session.refresh(row)
         row.ref = ""
         session.add(row)
         session.commit()

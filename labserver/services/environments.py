@@ -12,13 +12,14 @@ reset of a lab folder, and reconciliation after a server restart.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from sqlmodel import Session, select
 
-from labserver import clock
+from labserver import clock, metrics
 from labserver.backends.base import (
     BackendError,
     EnvironmentGone,
@@ -29,9 +30,11 @@ from labserver.backends.base import (
     check_transition,
     transition_allowed,
 )
+from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
 from labserver.services import env_spec
+from labserver.services.admission import CAPACITY_REASONS
 from labserver.services.context import AppContext
 
 log = logging.getLogger(__name__)
@@ -146,6 +149,7 @@ async def with_environment(
     raises :class:`EnvironmentGone`, the engine is asked (``status``); if that made or started the
     environment again, ``action`` is retried once, else the error stands."""
     ref, _ = await _ensure(ctx, session, event=event, attendee=attendee, trust_ready=True)
+    release(session)
     try:
         return await action(ref)
     except EnvironmentGone:
@@ -158,12 +162,13 @@ async def with_environment(
 async def _ensure(
     ctx: AppContext, session: Session, *, event: Event, attendee: Attendee, trust_ready: bool
 ) -> tuple[EnvRef, bool]:
-    """(ref, whether it was provisioned just now)."""
+    """(ref, whether it was provisioned just now). The session holds no connection across the
+    engine calls or the waits (lock, admission queue), and its reads and writes run in a worker
+    thread: the event loop never waits for the pool (a connection holder may need the loop)."""
     spec = spec_for(ctx, event, attendee)
+    release(session)  # the caller's reads (token, event) end here, before any wait
     async with ctx.env_lock(spec.env_id):
-        row = session.get(Environment, spec.env_id)
-        if row is not None:
-            session.refresh(row)
+        row = await asyncio.to_thread(_load, session, spec.env_id)
         ref = ref_of(row)
         if row is not None and ref is not None and row.state in USABLE:
             if trust_ready:
@@ -171,37 +176,119 @@ async def _ensure(
             status = await ctx.backend.status(ref)
             if status.state == EnvState.ready:
                 return ref, False
-            if not transition_allowed(row.state, EnvState.provisioning):  # died during a lab reset
-                set_state(ctx, session, row, EnvState.stopped, message=status.message)
-        if row is None:
-            row = Environment(
-                id=spec.env_id, event_id=spec.event_id, attendee_id=spec.attendee_id, backend=ctx.backend.name
-            )
-            session.add(row)
-            session.commit()
-        set_state(ctx, session, row, EnvState.provisioning, message="Preparing your environment")
-
-        async def progress(phase: str, message: str) -> None:
-            ctx.live.publish(
-                Kind.env_progress,
-                spec.event_id,
-                spec.attendee_id,
-                env_id=spec.env_id,
-                phase=phase,
-                message=message,
-            )
-
+            await asyncio.to_thread(_died, ctx, session, row, status.message)
+        row = await asyncio.to_thread(_begin, ctx, session, row, spec)
         try:
-            ref = await ctx.backend.create(spec, progress)
+            ref = await admitted_create(ctx, spec)
         except BackendError as exc:
             log.warning("provisioning %s failed: %s (%s) %s", spec.env_id, exc.message, exc.reason, exc.log)
-            set_state(ctx, session, row, EnvState.failed, message=exc.message, reason=exc.reason)
+            await asyncio.to_thread(_store, ctx, session, row, None, exc)
             raise
-        row.ref = ref.to_json()
-        row.node = ref.node
-        row.device = ref.device
-        set_state(ctx, session, row, EnvState.ready)
+        await asyncio.to_thread(_store, ctx, session, row, ref, None)
         return ref, True
+
+
+def _load(session: Session, env_id: str) -> Environment | None:
+    row = session.get(Environment, env_id)
+    if row is not None:
+        session.refresh(row)
+    release(session)
+    return row
+
+
+def _died(ctx: AppContext, session: Session, row: Environment, message: str) -> None:
+    session.refresh(row)
+    if not transition_allowed(row.state, EnvState.provisioning):  # died during a lab reset
+        set_state(ctx, session, row, EnvState.stopped, message=message)
+    release(session)
+
+
+def _begin(ctx: AppContext, session: Session, row: Environment | None, spec: EnvSpec) -> Environment:
+    if row is None:
+        row = Environment(
+            id=spec.env_id, event_id=spec.event_id, attendee_id=spec.attendee_id, backend=ctx.backend.name
+        )
+        session.add(row)
+        session.commit()
+    set_state(ctx, session, row, EnvState.provisioning, message="Preparing your environment")
+    return row
+
+
+def _store(
+    ctx: AppContext, session: Session, row: Environment, ref: EnvRef | None, exc: BackendError | None
+) -> None:
+    if exc is not None or ref is None:
+        message, reason = (exc.message, exc.reason) if exc is not None else ("", "")
+        set_state(ctx, session, row, EnvState.failed, message=message, reason=reason)
+        return
+    session.refresh(row)
+    row.ref = ref.to_json()
+    row.node = ref.node
+    row.device = ref.device
+    set_state(ctx, session, row, EnvState.ready)
+
+
+async def admitted_create(ctx: AppContext, spec: EnvSpec) -> EnvRef:
+    """``backend.create(spec)`` once admitted (services/admission.py): queued starts are told their
+    place (``env.queue``); a backend with no room now (``capacity``/``no-room``) keeps the start
+    queued at the head and retries when room frees or after ``admission.retry_s``. Holds no session."""
+
+    def say(phase: str, message: str, **extra: object) -> None:
+        ctx.live.publish(
+            Kind.env_progress if phase != "queued" else Kind.env_queue,
+            spec.event_id,
+            spec.attendee_id,
+            env_id=spec.env_id,
+            phase=phase,
+            message=message,
+            **extra,
+        )
+
+    async def progress(phase: str, message: str) -> None:
+        say(phase, message)
+
+    last: list[int] = []
+
+    def on_place(ahead: int) -> None:
+        if last and (last[-1] == ahead or (ahead >= 10 and ahead % 5)):
+            return  # a long queue is told every 5 places (the instructor's stream sees them all)
+        last.append(ahead)
+        say("queued", f"Starting your environment: {ahead} ahead of you", ahead=ahead)
+
+    queued_at = clock.monotonic()
+    async with ctx.admission.slot(spec.env_id, on_place):
+        metrics.ENV_START.labels("queue").observe(clock.monotonic() - queued_at)
+        while True:
+            started = clock.monotonic()
+            try:
+                ref = await ctx.backend.create(spec, progress)
+            except BackendError as exc:
+                if exc.reason not in CAPACITY_REASONS:
+                    raise
+                say("queued", "The lab machines are full: your environment starts when room frees", ahead=0)
+                await ctx.admission.wait_for_room(ctx.settings.admission.retry_s)
+                continue
+            metrics.ENV_START.labels("create").observe(clock.monotonic() - started)
+            return ref
+
+
+def start_in_background(ctx: AppContext, *, event: Event, attendee: Attendee) -> asyncio.Task[None]:
+    """Begin provisioning the attendee's environment now (at join) without waiting for it; failures
+    are stored on the row and published (``env.state``), never raised to anyone."""
+
+    async def run() -> None:
+        with Session(ctx.engine, expire_on_commit=False) as session:
+            try:
+                await start_environment(ctx, session, event=event, attendee=attendee)
+            except BackendError:
+                pass  # stored as failed and published by _ensure
+            except Exception:  # noqa: BLE001 (a background task has nobody to raise to)
+                log.exception("starting the environment of attendee %s failed", attendee.id)
+
+    task = asyncio.ensure_future(run())
+    ctx.background.add(task)
+    task.add_done_callback(ctx.background.discard)
+    return task
 
 
 async def reset_lab(
@@ -213,8 +300,10 @@ async def reset_lab(
     ref = await ensure_environment(ctx, session, event=event, attendee=attendee)
     row = get_row(session, attendee)
     assert row is not None
+    release(session)
     terminal_key = (ref.env_id, lab_id)
     await ctx.terminals.close(terminal_key)
+    session.refresh(row)
     set_state(ctx, session, row, EnvState.resetting, message=f"Resetting {lab_id}")
     try:
         backup = await ctx.backend.reset_lab(
@@ -235,6 +324,7 @@ async def reconcile(ctx: AppContext, session: Session) -> list[EnvRef]:
     """After a restart: poll what the database says exists, and return labelled environments that have
     no row (orphans, reported, never deleted here)."""
     rows = session.exec(select(Environment).where(Environment.backend == ctx.backend.name)).all()
+    release(session)
     known = set()
     for row in rows:
         known.add(row.id)
@@ -248,6 +338,7 @@ async def reconcile(ctx: AppContext, session: Session) -> list[EnvRef]:
         status = await ctx.backend.status(ref)
         if status.state == row.state:
             continue
+        session.refresh(row)
         if not transition_allowed(row.state, status.state):
             # e.g. stored stopped, found running: the server takes it into service again
             if not transition_allowed(row.state, EnvState.provisioning):
@@ -255,6 +346,7 @@ async def reconcile(ctx: AppContext, session: Session) -> list[EnvRef]:
                 continue
             set_state(ctx, session, row, EnvState.provisioning, message="Found after a restart")
         set_state(ctx, session, row, status.state, message=status.message)
+    release(session)
     found = await ctx.backend.discover()
     orphans = [ref for ref in found if ref.env_id not in known]
     for ref in orphans:

@@ -22,7 +22,7 @@ from labserver.models import CheckRun, CheckStatus, Event
 from labserver.routes import pages
 from labserver.routes.deps import Me, resolve_attendee
 from labserver.services.events import create_event
-from tests.conftest import EVENT_CODE, INSTRUCTOR_TOKEN, REPO
+from tests.conftest import EVENT_CODE, INSTRUCTOR_TOKEN, REPO, settle
 
 TEMPLATES = REPO / "web" / "templates"
 ATTENDEE_TEMPLATES = sorted(p for p in TEMPLATES.glob("*.html") if "instructor" not in p.name)
@@ -325,9 +325,10 @@ def test_a_failed_environment_is_said_on_the_lab_page(app: FastAPI, client: Test
     from labserver.models import Environment
 
     token = join_cookie(client)
+    settle(app)  # joining began the start: let it finish, then store a failure in its place
     with Session(app.state.ctx.engine) as session:
         me = me_for(app, session, token)
-        session.add(
+        session.merge(
             Environment(
                 id=f"ev{event.id}-at{me.id}",
                 event_id=event.id or 0,

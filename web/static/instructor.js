@@ -371,6 +371,22 @@
           (failed ? ' ' + fmt(S.not_stopped_n, { n: failed }) : '');
       } catch (e) { $('#environments-status').textContent = S.failed + ' ' + e.message; }
     });
+    const admission = $('#admission-form');
+    const showAdmission = (a) => {
+      if (document.activeElement !== admission.limit) admission.limit.value = a.limit;
+      $('#admission-starting').textContent = a.starting;
+      $('#admission-queued').textContent = a.queued;
+    };
+    const loadAdmission = async () => { try { showAdmission(await api('GET', '/api/v1/admission')); } catch (e) { /* shown on the next try */ } };
+    admission.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      try {
+        showAdmission(await api('PUT', '/api/v1/admission', { limit: Number(admission.limit.value) }));
+        $('#admission-status').textContent = S.saved;
+      } catch (e) { $('#admission-status').textContent = S.failed + ' ' + e.message; }
+    });
+    loadAdmission();
+    setInterval(loadAdmission, 5000);
 
     document.querySelectorAll('.pace-form').forEach((form) => {
       const send = async (value) => {

@@ -172,10 +172,18 @@ dialog.addEventListener('close', async () => {
 const termStatus = document.getElementById('term-status');
 window.addEventListener('live:env.state', (e) => {
   const { state, message } = e.detail;
+  if (state === 'ready' && termStatus.dataset.queued) { delete termStatus.dataset.queued; termStatus.textContent = t('term_connected'); }
   if (state === 'failed') toast(`${t('env_failed')}: ${message}`, { kind: 'error', ms: 0 });
   else if (state !== 'ready' && message && document.body.dataset.ws !== 'open') termStatus.textContent = message;
 });
+// waiting for a turn to start: the place in the queue, shown whether or not the terminal is open
+window.addEventListener('live:env.queue', (e) => {
+  const { ahead, message } = e.detail;
+  termStatus.textContent = ahead > 0 ? t('env_queued', { n: ahead }) : (message && message.includes('full') ? t('env_full') : t('env_next'));
+  termStatus.dataset.queued = '1';
+});
 window.addEventListener('live:env.progress', (e) => {
+  if (termStatus.dataset.queued && e.detail.message) { termStatus.textContent = e.detail.message; return; }
   if (document.body.dataset.ws !== 'open' && e.detail.message) termStatus.textContent = e.detail.message;
 });
 // a reset from elsewhere (the instructor, another tab): say where the old files went; buffers with

@@ -4,7 +4,7 @@
 
 import { api } from './common.js';
 
-const KINDS = ['check.started', 'check.queued', 'check.finished', 'env.state', 'env.progress', 'step.opened',
+const KINDS = ['check.started', 'check.queued', 'check.finished', 'env.state', 'env.progress', 'env.queue', 'step.opened',
   'help.raised', 'help.claimed', 'help.resolved', 'help.cancelled', 'lab.reset', 'announcement',
   'pace', 'resync', 'solution.revealed', 'event.status'];
 
