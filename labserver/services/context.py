@@ -12,9 +12,9 @@ from labserver.backends.base import Backend
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
+from labserver.services.admission import Admission
 from labserver.services.fair_queue import CheckQueue
 from labserver.services.join_notes import JoinWatch
-from labserver.services.admission import Admission
 from labserver.terminals import TerminalHub
 
 
@@ -27,8 +27,6 @@ class AppContext:
     live: LiveHub
     terminals: TerminalHub
     admission: Admission = field(default_factory=lambda: Admission(4))
-    #: tasks started in the background (environment starts at join), kept so they are not collected
-    background: set[asyncio.Task[None]] = field(default_factory=set)
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
     join_watch: JoinWatch = field(default_factory=JoinWatch)  # user agent + address key per join
@@ -37,7 +35,8 @@ class AppContext:
     file_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     #: the server's event loop once it runs (services/warming.py hands work to it from threads)
     loop: asyncio.AbstractEventLoop | None = None
-    #: background tasks started by services (kept referenced until done)
+    #: tasks started in the background (environment starts at join, warm pool fills), kept
+    #: referenced until done so they are not collected
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def env_lock(self, env_id: str) -> asyncio.Lock:
