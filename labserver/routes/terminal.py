@@ -38,10 +38,16 @@ SKIPPED = b"\r\n\x1b[33m[output skipped: this connection was too slow to follow 
 
 
 async def bridge(
-    ws: WebSocket, session: TerminalSession, *, readonly: bool, early: Sequence[Message] = ()
+    ws: WebSocket,
+    session: TerminalSession,
+    *,
+    readonly: bool,
+    early: Sequence[Message] = (),
+    reading: asyncio.Future[Message] | None = None,
 ) -> None:
     """Pump the shell's output to the socket and the socket's frames to the shell; ``early`` are
-    frames that arrived while the environment was starting (handled first, in order)."""
+    frames that arrived while the environment was starting (handled first, in order), ``reading``
+    a read of the socket already under way then (awaited first: cancelling it could lose a frame)."""
     queue, scrollback = session.attach()
     try:
         if scrollback:
@@ -68,7 +74,8 @@ async def bridge(
         out_task = asyncio.ensure_future(pump_out())
         try:
             while True:
-                recv = asyncio.ensure_future(ws.receive())
+                recv = reading or asyncio.ensure_future(ws.receive())
+                reading = None
                 done, _ = await asyncio.wait({recv, out_task}, return_when=asyncio.FIRST_COMPLETED)
                 if out_task in done:
                     recv.cancel()
@@ -133,25 +140,34 @@ async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
         return
     await ws.accept()
     early: list[Message] = []  # frames typed while the environment starts, kept for the shell
+    reading: list[asyncio.Future[Message]] = []  # a read under way when it became ready
     try:
-        ref = await _environment_telling(ctx, ws, me, early)
+        ref = await _environment_telling(ctx, ws, me, early, reading)
         cols = int(ws.query_params.get("cols", 100))
         rows = int(ws.query_params.get("rows", 30))
         session = await open_session(ctx, ref, lab_id, cols, rows)
     except BackendError as exc:
+        for pending in reading:
+            pending.cancel()
         await ws.send_bytes(f"\r\n\x1b[31m{exc.message}\x1b[0m\r\n".encode())
         await ws.close(code=1011, reason=exc.reason)
         return
     except WebSocketDisconnect:
+        for pending in reading:
+            pending.cancel()
         return
     assert session is not None
-    await bridge(ws, session, readonly=False, early=early)
+    await bridge(ws, session, readonly=False, early=early, reading=reading[0] if reading else None)
 
 
-async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me, early: list[Message]) -> EnvRef:
+async def _environment_telling(
+    ctx: AppContext, ws: WebSocket, me: Me, early: list[Message], handover: list[asyncio.Future[Message]]
+) -> EnvRef:
     """The attendee's environment (started, or joined while it starts); each queue place and
     progress message meanwhile goes to the terminal as one status line, cleared once ready. The
-    socket is read all along (its frames kept in ``early``), so a long wait never looks dead."""
+    socket is read all along (its frames kept in ``early``), so a long wait never looks dead; a
+    read still under way at the end is handed over in ``handover``, never cancelled (a frame that
+    arrives as it is cancelled would be lost: keystrokes typed the moment the terminal opens)."""
     sub = ctx.live.subscribe(me.event.id or 0, me.id)
 
     async def ensure() -> EnvRef:
@@ -184,7 +200,7 @@ async def _environment_telling(ctx: AppContext, ws: WebSocket, me: Me, early: li
     finally:
         sub.close()
         if reading is not None:
-            reading.cancel()
+            handover.append(reading)
         if not task.done():  # the socket went away: the start goes on (its state is stored)
             task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
