@@ -76,7 +76,8 @@ async def bridge(
             while True:
                 recv = reading or asyncio.ensure_future(ws.receive())
                 reading = None
-                done, _ = await asyncio.wait({recv, out_task}, return_when=asyncio.FIRST_COMPLETED)
+                waits: set[asyncio.Future[Any]] = {recv, out_task}
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if out_task in done:
                     recv.cancel()
                     return
