@@ -35,8 +35,6 @@ OTHER = "another-attendees-secret"
 SOLUTION_LINE = "rstd = torch.rsqrt"  # a line of labs/getting-started/solution/rmsnorm.py
 HOST_SOCKETS = ["/var/run/docker.sock", "/run/docker.sock", "/var/run/postgresql/.s.PGSQL.5432"]
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the local sandbox is Linux-only")
-
 
 @pytest.fixture
 def attack(tmp_path: Path) -> Iterator[tuple[LocalBackend, Settings]]:
@@ -362,7 +360,7 @@ def nobody_dir() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become uid 65534 (CI runs as root)")
+@pytest.mark.usefixtures("as_root")  # needs root to become uid 65534 (CI runs as root)
 def test_unprivileged_server_gives_a_namespaced_limited_shell(nobody_dir: Path) -> None:
     """A server run by an ordinary user: the shell is that user in a user namespace, with no
     capabilities, no data folder, no solution and bounded processes."""
@@ -399,7 +397,7 @@ def test_unprivileged_server_gives_a_namespaced_limited_shell(nobody_dir: Path) 
     assert started < 128, fork
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the root-server case (CI runs as root)")
+@pytest.mark.usefixtures("as_root")  # the root-server case (CI runs as root)
 def test_unsandboxed_root_server_still_runs_attendees_unprivileged(nobody_dir: Path) -> None:
     """Without bubblewrap a root server cannot hide its files, but it never hands out root: the
     shell and commands run as the environment's own uid, with no capabilities."""
@@ -432,3 +430,9 @@ def test_a_bubblewrap_that_does_not_work_is_reported_and_bwrap_mode_refuses_to_s
     assert backend.join_refusal("198.51.100.7") and backend.join_refusal("127.0.0.1") is None
     with pytest.raises(RuntimeError, match="does not work"):
         LocalBackend(settings.model_copy(update={"sandbox": "bwrap"}))
+
+
+@pytest.fixture
+def as_root() -> None:
+    """Nothing is skipped: a run that is not root fails here, saying why (CI runs as root)."""
+    assert os.geteuid() == 0, "this test needs root (the root-server case; CI runs as root)"
