@@ -1,7 +1,10 @@
 """``labserver selftest LAB``: on a throwaway environment, every step's check against the starter
 must be *failed* (a pass means the checker accepts unfinished work; an error means the checker is
 broken), then with the solution overlaid, step by step in order (running each step's ``solve``
-command first), every check must *pass*.
+command first), every check must *pass*. Then every mutant (:mod:`labserver.content.mutants`) is
+laid over the solved lab, its step's ``solve`` command is run again, and its step's check must
+*fail* with a message (containing the mutant's ``expect`` phrase, in Chinese for the mutants checked
+in Chinese); the lab folder is restored from a snapshot between mutants.
 
 Everything goes through the :class:`~labserver.backends.base.Backend` protocol (create, file
 writes, exec, run_check, destroy), so the same self-test runs on every backend; the default is a
@@ -11,8 +14,10 @@ one builder, :func:`labserver.checks.request.check_request`."""
 from __future__ import annotations
 
 import asyncio
+import shlex
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,20 +28,29 @@ from labserver.checks.request import check_request
 from labserver.checks.verdict import Verdict, interpret
 from labserver.config import Settings
 from labserver.content.loader import Lab, Step
+from labserver.content.mutants import Mutant
 from labserver.models import CheckStatus
 
 
 @dataclass
 class StepResult:
     step: str
-    phase: str  # "starter" | "solution"
+    phase: str  # "starter" | "solution" | "mutant"
     expected: str
     verdict: Verdict
     log: str = ""
+    mutant: str = ""  # the mutant's name (phase "mutant")
+    lang: str = "en"
+    problem: str = ""  # why a failed verdict is still not good enough (no message, no phrase)
+    seconds: float = 0.0  # wall time of the check run
 
     @property
     def ok(self) -> bool:
-        return self.verdict.status == self.expected
+        return self.verdict.status == self.expected and not self.problem
+
+    @property
+    def label(self) -> str:
+        return f"{self.step}/{self.mutant}" if self.mutant else self.step
 
 
 @dataclass
@@ -55,10 +69,24 @@ class SelftestReport:
         out = []
         for r in self.results:
             mark = "ok  " if r.ok else "FAIL"
+            first = r.verdict.message.splitlines()[0][:100] if r.verdict.message else ""
             out.append(
-                f"{mark} {r.phase:8} step {r.step:24} expected {r.expected:6} got {r.verdict.status:7} "
-                f"{r.verdict.message.splitlines()[0][:100] if r.verdict.message else ''}"
+                f"{mark} {r.phase:8} {r.label:40} expected {r.expected:6} got {r.verdict.status:7} "
+                f"{r.problem or first}"
             )
+        return out
+
+    def mutant_table(self) -> list[str]:
+        """Per step: mutants caught / mutants, and the slowest check of the step."""
+        steps: dict[str, list[StepResult]] = {}
+        for r in self.results:
+            steps.setdefault(r.step, []).append(r)
+        out = [f"{'step':28} {'mutants caught':>15} {'slowest check':>14}"]
+        for step, results in steps.items():
+            mutants = [r for r in results if r.phase == "mutant"]
+            caught = sum(r.ok for r in mutants)
+            slowest = max(r.seconds for r in results)
+            out.append(f"{step:28} {f'{caught}/{len(mutants)}':>15} {slowest:>13.1f}s")
         return out
 
 
@@ -71,12 +99,105 @@ async def overlay(backend: Backend, ref: EnvRef, src: Path, lab_id: str) -> None
 
 
 async def _check(
-    backend: Backend, ref: EnvRef, lab: Lab, step: Step, settings: Settings
-) -> tuple[Verdict, str]:
+    backend: Backend, ref: EnvRef, lab: Lab, step: Step, settings: Settings, lang: str = "en"
+) -> tuple[Verdict, str, float]:
+    t0 = time.monotonic()
     raw = await backend.run_check(
-        ref, check_request(lab, step, ref, log_limit=settings.checks.log_limit_bytes)
+        ref, check_request(lab, step, ref, lang=lang, log_limit=settings.checks.log_limit_bytes)
     )
-    return interpret(raw, step.spec.timeout_s), raw.log.decode("utf-8", "replace")
+    return interpret(raw, step.spec.timeout_s), raw.log.decode("utf-8", "replace"), time.monotonic() - t0
+
+
+async def _solve(backend: Backend, ref: EnvRef, lab: Lab, step: Step) -> Verdict | None:
+    """Run the step's ``solve`` command; a verdict (error) when it fails."""
+    if not step.spec.solve:
+        return None
+    res = await backend.exec(
+        ref, ["bash", "-c", step.spec.solve], cwd=lab.id, timeout=max(step.spec.timeout_s, 300)
+    )
+    if res.exit_code == 0:
+        return None
+    out = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
+    return Verdict(CheckStatus.error, f"solve command {step.spec.solve!r} exited {res.exit_code}: {out}")
+
+
+async def _sh(backend: Backend, ref: EnvRef, lab: Lab, script: str) -> None:
+    res = await backend.exec(ref, ["bash", "-c", script], cwd=lab.id, timeout=300)
+    if res.exit_code != 0:
+        out = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
+        raise RuntimeError(f"selftest: {script!r} exited {res.exit_code}: {out}")
+
+
+SNAPSHOT = "../.selftest-solved.tar"
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def judge_mutant(mutant: Mutant, verdict: Verdict, lang: str) -> str:
+    """Why a mutant's failed verdict is still not good enough ("" when it is)."""
+    message = verdict.message.strip()
+    if verdict.status != CheckStatus.failed:
+        return ""
+    if not message:
+        return "failed with no message: the attendee is not told what is wrong"
+    if lang == "zh" and not _has_cjk(message):
+        return "failed with no Chinese message under LAB_LANG=zh"
+    expect = mutant.spec.expect
+    phrase = None if expect is None else expect.en if lang == "en" else expect.zh
+    if phrase and phrase.lower() not in message.lower():
+        return f"message does not mention {phrase!r}"
+    return ""
+
+
+async def _apply_mutant(backend: Backend, ref: EnvRef, lab: Lab, mutant: Mutant) -> None:
+    for path in mutant.overlay_files():
+        await backend.write_file(
+            ref, f"{lab.id}/{path.relative_to(mutant.path).as_posix()}", path.read_bytes()
+        )
+    if mutant.spec.delete:
+        await _sh(backend, ref, lab, "rm -rf -- " + " ".join(shlex.quote(d) for d in mutant.spec.delete))
+    if mutant.patch is not None:
+        await backend.write_file(ref, ".selftest-mutant.patch", mutant.patch.read_bytes())
+        await _sh(backend, ref, lab, "patch -p1 --no-backup-if-mismatch -s < ../.selftest-mutant.patch")
+
+
+async def _run_mutants(
+    backend: Backend,
+    ref: EnvRef,
+    lab: Lab,
+    settings: Settings,
+    record: Callable[[StepResult], None],
+) -> None:
+    """Each mutant on the solved lab, restored from a snapshot before each."""
+    await _sh(backend, ref, lab, f"tar -cf {SNAPSHOT} .")
+    for i, mutant in enumerate(lab.mutants):
+        step = lab.step(mutant.step)
+        assert step is not None  # the loader refuses mutants of unknown steps
+        lang = "zh" if i % 2 else "en"  # every lab's mutants are judged in both languages
+        await _sh(backend, ref, lab, f"find . -mindepth 1 -delete && tar -xf {SNAPSHOT}")
+        await _apply_mutant(backend, ref, lab, mutant)
+        failed_solve = await _solve(backend, ref, lab, step)
+        if failed_solve is not None:
+            # the mutant broke the step's script: that is caught, provided it says so
+            verdict, log, seconds = Verdict(CheckStatus.failed, failed_solve.message), "", 0.0
+        else:
+            verdict, log, seconds = await _check(backend, ref, lab, step, settings, lang)
+        record(
+            StepResult(
+                step.id,
+                "mutant",
+                CheckStatus.failed,
+                verdict,
+                log,
+                mutant=mutant.name,
+                lang=lang,
+                problem=judge_mutant(mutant, verdict, lang if failed_solve is None else "en"),
+                seconds=seconds,
+            )
+        )
+    await _sh(backend, ref, lab, f"find . -mindepth 1 -delete && tar -xf {SNAPSHOT} && rm -f {SNAPSHOT}")
 
 
 async def run_selftest(
@@ -87,15 +208,19 @@ async def run_selftest(
     on_result: Callable[[StepResult], None] | None = None,
     keep: bool = False,
     backend: Backend | None = None,
+    mutants: bool = True,
 ) -> SelftestReport:
-    """Self-test ``lab`` on ``backend`` (default: a throwaway local backend)."""
+    """Self-test ``lab`` on ``backend`` (default: a throwaway local backend). The mutants run only
+    when the starter and the solution behaved (a mutant of a broken solution proves nothing)."""
     report = SelftestReport(lab.id)
     tmp = Path(tempfile.mkdtemp(prefix=f"selftest-{lab.id}-"))
     ref: EnvRef | None = None
     try:
         base = settings or Settings()
         if backend is None:
-            backend = make_backend(base.model_copy(update={"data_dir": tmp}), "local")
+            backend = make_backend(
+                base.model_copy(update={"data_dir": tmp, "labs_dir": lab.path.parent}), "local"
+            )
         ref = await backend.create(
             EnvSpec(
                 env_id=f"selftest-{lab.id}",
@@ -114,30 +239,18 @@ async def run_selftest(
                 on_result(result)
 
         for step in lab.steps:
-            verdict, log = await _check(backend, ref, lab, step, base)
-            record(StepResult(step.id, "starter", CheckStatus.failed, verdict, log))
+            verdict, log, seconds = await _check(backend, ref, lab, step, base)
+            record(StepResult(step.id, "starter", CheckStatus.failed, verdict, log, seconds=seconds))
         await overlay(backend, ref, solution or lab.solution, lab.id)
         for step in lab.steps:
-            if step.spec.solve:
-                res = await backend.exec(
-                    ref, ["bash", "-c", step.spec.solve], cwd=lab.id, timeout=max(step.spec.timeout_s, 300)
-                )
-                if res.exit_code != 0:
-                    out = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
-                    record(
-                        StepResult(
-                            step.id,
-                            "solution",
-                            CheckStatus.passed,
-                            Verdict(
-                                CheckStatus.error,
-                                f"solve command {step.spec.solve!r} exited {res.exit_code}: {out}",
-                            ),
-                        )
-                    )
-                    continue
-            verdict, log = await _check(backend, ref, lab, step, base)
-            record(StepResult(step.id, "solution", CheckStatus.passed, verdict, log))
+            failed_solve = await _solve(backend, ref, lab, step)
+            if failed_solve is not None:
+                record(StepResult(step.id, "solution", CheckStatus.passed, failed_solve))
+                continue
+            verdict, log, seconds = await _check(backend, ref, lab, step, base)
+            record(StepResult(step.id, "solution", CheckStatus.passed, verdict, log, seconds=seconds))
+        if mutants and report.ok:
+            await _run_mutants(backend, ref, lab, base, record)
     finally:
         if not keep:
             if ref is not None and backend is not None:

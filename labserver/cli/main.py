@@ -121,8 +121,10 @@ def lint(
 def selftest(
     lab: Annotated[str, typer.Argument(help="Lab id or folder")],
     solution: Annotated[Path | None, typer.Option(help="Use this solution folder instead")] = None,
+    mutants: Annotated[bool, typer.Option(help="Also run the lab's mutants (wrong solutions)")] = True,
 ) -> None:
-    """Starter must fail and solution must pass, step by step, on a throwaway local environment."""
+    """Starter must fail, solution must pass step by step, and every mutant must fail its step,
+    on a throwaway local environment; prints a mutant table per step."""
     from labserver.checks.selftest import selftest as run
     from labserver.content import Lab, load_lab
 
@@ -138,13 +140,14 @@ def selftest(
         mark = typer.style("ok  ", fg="green") if result.ok else typer.style("FAIL", fg="red")
         first = result.verdict.message.splitlines()[0][:110] if result.verdict.message else ""
         typer.echo(
-            f"{mark} {result.phase:8} {result.step:24} expected {result.expected:6} got "
-            f"{result.verdict.status:7} {first}"
+            f"{mark} {result.phase:8} {result.label:40} {result.lang} expected {result.expected:6} got "
+            f"{result.verdict.status:7} {result.seconds:5.1f}s {result.problem or first}"
         )
         if not result.ok and result.log:
             typer.echo("       " + result.log[-1500:].replace("\n", "\n       "))
 
-    report = run(loaded, settings=settings, solution=solution, on_result=show)
+    report = run(loaded, settings=settings, solution=solution, on_result=show, mutants=mutants)
+    typer.echo("\n".join(["", *report.mutant_table(), ""]))
     if report.ok:
         typer.echo(f"selftest {loaded.id}: all {len(report.results)} checks behaved")
     else:

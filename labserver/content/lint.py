@@ -6,6 +6,7 @@ from pathlib import Path
 
 from labserver.content.loader import NOT_LABS, Lab, Problem, load_lab
 from labserver.content.markdown import fence_problems
+from labserver.content.mutants import MIN_MUTANTS_PER_STEP
 from labserver.content.schema import I18n
 
 
@@ -40,6 +41,22 @@ def lint_lab(path: Path) -> list[Problem]:
             if _i18n_missing(hint):
                 problems.append(
                     Problem("warning", rel, f"{where}.hints[{j}]", "no Simplified Chinese text (zh)")
+                )
+        count = len(lab.mutants_of(step.id))
+        if count < MIN_MUTANTS_PER_STEP:
+            problems.append(
+                Problem(
+                    "warning",
+                    f"{path.name}/mutants/{step.id}",
+                    "",
+                    f"{count} mutants (typical wrong solutions); a step needs at least "
+                    f"{MIN_MUTANTS_PER_STEP} that its check fails (docs/writing-labs.md)",
+                )
+            )
+        for mutant in lab.mutants_of(step.id):
+            if _i18n_missing(mutant.spec.what):
+                problems.append(
+                    Problem("warning", f"{path.name}/mutants/{mutant.key}/mutant.yaml", "what", "no zh text")
                 )
         md_files = [step.markdown] + ([step.markdown_zh] if step.markdown_zh else [])
         if step.markdown_zh is None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from labserver.content.mutants import Mutant, load_mutants
 from labserver.content.schema import LabSpec, StepSpec
 
 NOT_LABS = {"labkit", "__pycache__", "node_modules"}
@@ -48,6 +49,7 @@ class Lab:
     spec: LabSpec
     path: Path
     steps: tuple[Step, ...]
+    mutants: tuple[Mutant, ...] = ()
 
     @property
     def id(self) -> str:
@@ -63,6 +65,9 @@ class Lab:
 
     def step(self, step_id: str) -> Step | None:
         return next((s for s in self.steps if s.id == step_id), None)
+
+    def mutants_of(self, step_id: str) -> tuple[Mutant, ...]:
+        return tuple(m for m in self.mutants if m.step == step_id)
 
 
 @dataclass(frozen=True)
@@ -138,9 +143,11 @@ def load_lab(path: Path) -> Lab | BrokenLab:
         steps.append(Step(i, s, md, zh if zh and zh.is_file() else None, chk))
     if not (path / "starter").is_dir():
         problems.append(Problem("error", f"{path.name}/starter", "", "the starter/ folder is missing"))
+    mutants, mutant_problems = load_mutants(path, [s.id for s in spec.steps])
+    problems += [Problem("error", m.file, m.field, m.message) for m in mutant_problems]
     if any(p.level == "error" for p in problems):
         return BrokenLab(path.name, path, tuple(problems))
-    return Lab(spec, path, tuple(steps))
+    return Lab(spec, path, tuple(steps), mutants)
 
 
 class LabCatalog:

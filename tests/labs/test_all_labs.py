@@ -20,7 +20,7 @@ LAB_DIRS = sorted(p for p in (REPO / "labs").iterdir() if (p / "lab.yaml").exist
 def test_lint(lab_dir: Path) -> None:
     errors = [str(p) for p in lint_lab(lab_dir) if p.level == "error"]
     assert errors == []
-    warnings = [str(p) for p in lint_lab(lab_dir) if p.level == "warning"]
+    warnings = [str(p) for p in lint_lab(lab_dir) if p.level == "warning" and "/mutants/" not in p.file]
     assert warnings == [], "every lab ships English and Chinese: " + "; ".join(warnings)
 
 
@@ -45,3 +45,77 @@ def test_a_broken_solution_fails_the_selftest_naming_the_step(tmp_path: Path) ->
     assert not report.ok
     assert [(r.phase, r.step) for r in report.failures()] == [("solution", "implement-rmsnorm")]
     assert "rstd" in report.failures()[0].verdict.message
+
+
+def _lab_with_mutants(tmp_path: Path, mutants: dict[str, dict[str, str]]) -> Lab:
+    """getting-started copied to ``tmp_path`` with ``mutants`` ({"step/name": {file: text}})."""
+    root = tmp_path / "getting-started"
+    shutil.copytree(REPO / "labs" / "getting-started", root, ignore=shutil.ignore_patterns("mutants"))
+    for key, files in mutants.items():
+        for name, text in files.items():
+            path = root / "mutants" / key / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    lab = load_lab(root)
+    assert isinstance(lab, Lab), lab
+    return lab
+
+
+def test_mutants_must_fail_their_step_with_the_phrase_they_name(tmp_path: Path) -> None:
+    lab = _lab_with_mutants(
+        tmp_path,
+        {
+            # a real mistake, caught, and the message says so
+            "write-file/no-newline": {
+                "mutant.yaml": "what: {en: no final newline, zh: 没有结尾换行}\nclass: boundary\n",
+                "notes/hello.txt": "Hello, Ascend!\n你好，昇腾！",
+            },
+            # caught, but the message does not contain the phrase the author asked for
+            "write-file/wrong-phrase": {
+                "mutant.yaml": "what: no file\nclass: missing\nexpect: {en: quantum entanglement, zh: 量子纠缠}\n",
+                "notes/hello.txt": "hello\n",
+            },
+            # a "mistake" that changes nothing the check sees: it passes, and the selftest says so
+            "find-device/harmless": {
+                "mutant.yaml": "what: an extra file\nclass: logic\n",
+                "unrelated.txt": "x\n",
+            },
+            # deleting a solution file
+            "find-device/deleted": {"mutant.yaml": "what: no file\nclass: missing\ndelete: [device.txt]\n"},
+        },
+    )
+    assert [m.key for m in lab.mutants] == [
+        "find-device/deleted",
+        "find-device/harmless",
+        "write-file/no-newline",
+        "write-file/wrong-phrase",
+    ]
+    report = selftest(lab)
+    mutants = {r.label: r for r in report.results if r.phase == "mutant"}
+    assert mutants["find-device/deleted"].ok, mutants["find-device/deleted"]
+    assert mutants["write-file/no-newline"].ok, mutants["write-file/no-newline"]
+    assert mutants["find-device/harmless"].verdict.status == "passed"
+    assert not mutants["find-device/harmless"].ok
+    assert mutants["write-file/wrong-phrase"].verdict.status == "failed"
+    assert "量子纠缠" in mutants["write-file/wrong-phrase"].problem
+    assert not report.ok
+    assert {r.label for r in report.failures()} == {"find-device/harmless", "write-file/wrong-phrase"}
+    # the mutants did not leak into each other: the starter/solution phases all behaved
+    assert all(r.ok for r in report.results if r.phase != "mutant")
+    table = "\n".join(report.mutant_table())
+    assert "find-device" in table and "1/2" in table
+
+
+def test_a_malformed_mutant_is_a_lint_error_naming_the_file(tmp_path: Path) -> None:
+    root = tmp_path / "getting-started"
+    shutil.copytree(REPO / "labs" / "getting-started", root, ignore=shutil.ignore_patterns("mutants"))
+    (root / "mutants" / "no-such-step" / "x").mkdir(parents=True)
+    (root / "mutants" / "write-file" / "untold").mkdir(parents=True)
+    (root / "mutants" / "write-file" / "untold" / "notes").mkdir()
+    (root / "mutants" / "write-file" / "untold" / "notes" / "hello.txt").write_text("x")
+    (root / "mutants" / "write-file" / "bad-class").mkdir(parents=True)
+    (root / "mutants" / "write-file" / "bad-class" / "mutant.yaml").write_text("what: x\nclass: typo\n")
+    errors = [str(p) for p in lint_lab(root) if p.level == "error"]
+    assert any("mutants/no-such-step" in e and "no step" in e for e in errors), errors
+    assert any("untold/mutant.yaml" in e and "missing" in e for e in errors), errors
+    assert any("bad-class/mutant.yaml" in e and "class" in e for e in errors), errors
