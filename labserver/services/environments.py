@@ -55,16 +55,26 @@ def event_labs(ctx: AppContext, event: Event) -> list[str]:
     return list(ctx.catalog.labs)
 
 
+_warned: set[tuple[int | None, str]] = set()
+
+
+def _warn_once(event: Event, text: str) -> None:
+    """A warning about an event's configuration, logged once per event and text (not per join)."""
+    if (event.id, text) not in _warned:
+        _warned.add((event.id, text))
+        log.warning("event %s: %s", event.id, text)
+
+
 def spec_for(ctx: AppContext, event: Event, attendee: Attendee) -> EnvSpec:
     assert event.id is not None and attendee.id is not None
     labs = [ctx.catalog.labs[lab_id] for lab_id in event_labs(ctx, event)]
     seeds = tuple(LabSeed(lab.id, lab.starter) for lab in labs)
     limits = env_spec.limits_for(labs, ctx.settings.docker)
     if limits.short:
-        log.warning("event %s: labs ask more than the server's limits give: %s", event.id, limits.short)
+        _warn_once(event, f"labs ask more than the server's limits give: {limits.short}")
     conflicts = env_spec.image_conflicts(labs) if not event.image else []
     if conflicts:
-        log.warning("event %s: labs name different images; set the event's image: %s", event.id, conflicts)
+        _warn_once(event, f"labs name different images; set the event's image: {conflicts}")
     network = any(lab.spec.requires.network for lab in labs)
     device = "npu" if any(lab.spec.requires.device == "npu" for lab in labs) else "any"
     return EnvSpec(

@@ -12,7 +12,11 @@ Rules
 - A card is never given to two environments. An environment keeps its card while its container
   exists (running or stopped).
 - A node has room when the CPU and memory already promised plus the new environment fit in
-  ``cpus x overcommit`` and ``memory_mb``, and its ``max_envs`` is not reached. Among nodes with
+  ``cpus x cpu_overcommit`` and ``memory_mb x memory_overcommit``, and its ``max_envs`` is not
+  reached. Limits are ceilings, not reservations: a workshop environment is an idle shell most of
+  the time (a few MiB, no CPU), so the defaults promise 8x the cores and 1.5x the memory (30
+  attendees at 0.5 CPU / 1 GiB on a 2-core, 24 GiB machine). For labs that really use their memory
+  (a model loaded in every environment) set ``memory_overcommit: 1`` in the node file. Among nodes with
   room the least loaded (by memory share) wins; NPU labs prefer ``npu`` nodes over ``npu-simulated``.
 - Node kinds: ``cpu`` (no cards), ``npu`` (cards with real device files), ``npu-simulated`` (cards
   bookkept exactly like ``npu`` but no device files or driver mounts are passed: for tests and demos
@@ -57,7 +61,8 @@ class Node:
     memory_mb: int = 4096
     cards: tuple[int, ...] = ()
     max_envs: int = 0  # 0 = no limit besides cpu/memory
-    cpu_overcommit: float = 4.0  # attendees mostly idle: promise up to cpus x this
+    cpu_overcommit: float = 8.0  # attendees mostly idle: promise up to cpus x this
+    memory_overcommit: float = 1.5  # limits are ceilings: promise up to memory_mb x this
     npu_mounts: tuple[str, ...] = DEFAULT_NPU_MOUNTS
     visible_devices: Literal["logical", "physical"] = "logical"
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -128,7 +133,8 @@ def has_room(node: Node, usage: Usage, cpus: float, memory_mb: int) -> bool:
     cpu_used = sum(e.cpus for e in here)
     mem_used = sum(e.memory_mb for e in here)
     return (
-        cpu_used + cpus <= node.cpus * node.cpu_overcommit + 1e-9 and mem_used + memory_mb <= node.memory_mb
+        cpu_used + cpus <= node.cpus * node.cpu_overcommit + 1e-9
+        and mem_used + memory_mb <= node.memory_mb * node.memory_overcommit + 1e-9
     )
 
 
@@ -183,6 +189,7 @@ def _node_from_dict(raw: Mapping[str, Any], index: int) -> Node:
         "cards",
         "max_envs",
         "cpu_overcommit",
+        "memory_overcommit",
         "npu_mounts",
         "visible_devices",
         "labels",
@@ -211,7 +218,8 @@ def _node_from_dict(raw: Mapping[str, Any], index: int) -> Node:
         memory_mb=int(raw.get("memory_mb", 4096)),
         cards=tuple(int(c) for c in cards),
         max_envs=int(raw.get("max_envs", 0)),
-        cpu_overcommit=float(raw.get("cpu_overcommit", 4.0)),
+        cpu_overcommit=float(raw.get("cpu_overcommit", 8.0)),
+        memory_overcommit=float(raw.get("memory_overcommit", 1.5)),
         npu_mounts=tuple(raw.get("npu_mounts", DEFAULT_NPU_MOUNTS)),
         visible_devices=raw.get("visible_devices", "logical"),
         labels=dict(raw.get("labels", {})),

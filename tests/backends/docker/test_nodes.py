@@ -25,8 +25,8 @@ def backend_for(settings: Any, make_spec: Any, nodes: list[Node]) -> DockerBacke
 def test_placement_spreads_over_two_real_engines(docker_settings: Any, make_spec: Any, engine2: str) -> None:
     tag = f"r{make_spec.run}"
     nodes = [
-        Node(f"one-{tag}", LOCAL, cpus=1, memory_mb=1024, cpu_overcommit=1),
-        Node(f"two-{tag}", engine2, cpus=1, memory_mb=1024, cpu_overcommit=1),
+        Node(f"one-{tag}", LOCAL, cpus=1, memory_mb=1024, cpu_overcommit=1, memory_overcommit=1),
+        Node(f"two-{tag}", engine2, cpus=1, memory_mb=1024, cpu_overcommit=1, memory_overcommit=1),
     ]
     backend = DockerBackend(docker_settings, nodes=nodes)
     other = docker.DockerClient(base_url=engine2, version="auto")

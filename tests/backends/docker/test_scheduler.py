@@ -17,7 +17,7 @@ from labserver.backends.docker.scheduler import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-CPU = Node("cpu", "unix:///a.sock", kind="cpu", cpus=2, memory_mb=4096, cpu_overcommit=1)
+CPU = Node("cpu", "unix:///a.sock", kind="cpu", cpus=2, memory_mb=4096, cpu_overcommit=1, memory_overcommit=1)
 NPU = Node("npu", "tcp://npu:2376", kind="npu", cpus=64, memory_mb=65536, cards=(0, 1))
 SIM = Node("sim", "unix:///b.sock", kind="npu-simulated", cpus=8, memory_mb=16384, cards=(0, 1))
 
@@ -79,8 +79,8 @@ def test_npu_simulated_bookkeeps_cards_without_devices() -> None:
 
 
 def test_node_with_room_and_least_loaded() -> None:
-    a = Node("a", "unix:///a", cpus=2, memory_mb=4096, cpu_overcommit=1)
-    b = Node("b", "unix:///b", cpus=2, memory_mb=4096, cpu_overcommit=1)
+    a = Node("a", "unix:///a", cpus=2, memory_mb=4096, cpu_overcommit=1, memory_overcommit=1)
+    b = Node("b", "unix:///b", cpus=2, memory_mb=4096, cpu_overcommit=1, memory_overcommit=1)
     usage = Usage()
     names = []
     for i in range(4):

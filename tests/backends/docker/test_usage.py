@@ -130,7 +130,7 @@ def test_thirty_placements_at_once_list_the_engine_once_and_stay_within_capacity
 ) -> None:
     tag = f"u{make_spec.run}"
     # room for exactly 30 at 0.25 CPU / 128 MiB: the 31st is refused, as with the label listing
-    node = Node(f"n-{tag}", LOCAL, cpus=7.5, memory_mb=30 * 128, cpu_overcommit=1)
+    node = Node(f"n-{tag}", LOCAL, cpus=7.5, memory_mb=30 * 128, cpu_overcommit=1, memory_overcommit=1)
     settings = docker_settings.model_copy(
         update={"docker": docker_settings.docker.model_copy(update={"engine_concurrency": 3})}
     )
