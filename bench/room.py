@@ -260,6 +260,17 @@ async def run_wave(base: str, code: str, lab: str, names: list[str], *, at_once:
     report(("all at once" if at_once else "one at a time"), people, time.monotonic() - start)
 
 
+def stop_all(base: str, code: str) -> None:
+    """The instructor's "Stop all" for the bench's event, so the crowd meets a room with nothing
+    else running (the sequential wave's environments would otherwise hold capacity)."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    events = httpx.get(f"{base}/api/v1/events", headers=auth, timeout=30).json()
+    for event in events:
+        if event.get("code") == code:
+            out = httpx.post(f"{base}/api/v1/events/{event['id']}/stop-all", headers=auth, timeout=300)
+            print(f"\n# stop all between the waves: HTTP {out.status_code} {out.text[:200]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=["local", "docker"], default="local")
@@ -287,6 +298,8 @@ def main() -> None:
         if args.sequential:
             names = [f"seq-{run}-{i}" for i in range(args.sequential)]
             asyncio.run(run_wave(base, args.code, args.lab, names, at_once=False))
+            if args.crowd and not args.url:
+                stop_all(base, args.code)
         if args.crowd:
             names = [f"crowd-{run}-{i}" for i in range(args.crowd)]
             asyncio.run(run_wave(base, args.code, args.lab, names, at_once=True))

@@ -144,6 +144,7 @@ async def stop_all(ctx: AppContext, *, event_id: int) -> tuple[list[str], dict[s
             if row is not None and transition_allowed(row.state, EnvState.stopped):
                 set_state(ctx, session, row, EnvState.stopped, message=STOPPED_MESSAGE, reason="instructor")
         stopped.append(env_id)
+        ctx.admission.room_freed()  # a stopped environment promises no CPU or memory any more
 
     await asyncio.gather(*(stop_one(env_id, ref) for env_id, ref in targets))
     return sorted(stopped), failed

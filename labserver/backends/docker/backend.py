@@ -247,6 +247,7 @@ class DockerBackend:
         """Stop the container, keep it and its workspace (``create`` starts it again)."""
         with contextlib.suppress(docker.errors.NotFound):
             await self.engines.run(self.engines.client(ref.node).api.stop, ref.infra_id, timeout=5)
+        self.engines.book.set_active(ref.infra_id, False)  # its CPU and memory are free for the queue
 
     async def discover(self) -> list[EnvRef]:
         refs = []

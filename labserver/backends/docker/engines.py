@@ -189,8 +189,8 @@ class Engines:
             return container, self.node_of(container, engine) or engine
         return None
 
-    async def _list_held(self, engine: str) -> Sequence[tuple[str, Mapping[str, str], str]]:
-        """(id, labels, node) of every labserver container on ``engine``, all instances (cards are
+    async def _list_held(self, engine: str) -> Sequence[tuple[str, Mapping[str, str], str, str]]:
+        """(id, labels, node, state) of every labserver container on ``engine``, all instances (cards are
         never shared, even between two servers on one engine): one API call, no inspect per
         container. Raises when the engine does not answer (:class:`UsageBook` keeps its entries)."""
         raw = await self.run(self.client(engine).api.containers, all=True, filters={"label": dc.LABEL_ROLE})
@@ -199,7 +199,7 @@ class Engines:
             labels = c.get("Labels") or {}
             node = self._node_of_labels(labels, engine)
             if node is not None:
-                out.append((c["Id"], labels, node))
+                out.append((c["Id"], labels, node, str(c.get("State") or "running")))
         return out
 
     async def usage(self) -> Usage:
@@ -361,6 +361,7 @@ class Engines:
             await say("starting", "Starting your container")
             async with self.slot(node):
                 await self.run(container.start)
+            self.book.set_active(container.id, True)
         await self._wait_ready(client, container.id)
         await self.run(container.reload)
         await self._seed(client, container.id, labs, say)

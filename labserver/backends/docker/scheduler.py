@@ -10,7 +10,8 @@ Rules
   (``reason="no-card"``); ``device: any`` gets a free card when one exists, else CPU emulation with
   a notice for the attendee ("fallback").
 - A card is never given to two environments. An environment keeps its card while its container
-  exists (running or stopped).
+  exists (running or stopped); a stopped container promises no CPU or memory (the instructor's
+  "Stop all" and idle culling free room for the queue), and starting it again is not refused.
 - A node has room when the CPU and memory already promised plus the new environment fit in
   ``cpus x cpu_overcommit`` and ``memory_mb x memory_overcommit``, and its ``max_envs`` is not
   reached. Limits are ceilings, not reservations: a workshop environment is an idle shell most of
@@ -113,6 +114,7 @@ class Running:
     cpus: float
     memory_mb: int
     card: int | None = None
+    active: bool = True  # False: the container is stopped (holds its card, no CPU or memory)
 
 
 @dataclass
@@ -127,7 +129,7 @@ class Usage:
 
 
 def has_room(node: Node, usage: Usage, cpus: float, memory_mb: int) -> bool:
-    here = usage.on(node.name)
+    here = [e for e in usage.on(node.name) if e.active]  # a stopped container promises nothing
     if node.max_envs and len(here) >= node.max_envs:
         return False
     cpu_used = sum(e.cpus for e in here)
@@ -139,7 +141,7 @@ def has_room(node: Node, usage: Usage, cpus: float, memory_mb: int) -> bool:
 
 
 def _load(node: Node, usage: Usage) -> float:
-    return sum(e.memory_mb for e in usage.on(node.name)) / max(node.memory_mb, 1)
+    return sum(e.memory_mb for e in usage.on(node.name) if e.active) / max(node.memory_mb, 1)
 
 
 FALLBACK_NOTICE = (

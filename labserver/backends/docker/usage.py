@@ -11,15 +11,17 @@ Promises
   replaced by what its ``labserver.*`` labels say when the book first needs it (server start), after
   that engine failed a call (``mark_stale``: engine recovery) and when its listing is older than
   ``max_age_s`` (another labserver instance sharing the engine, a container removed by hand).
-- **Updated on create and destroy** by the backend (:meth:`add`, :meth:`remove`). A *stopped*
-  container keeps its entry: it keeps its card and its promise of CPU and memory, exactly as the
-  label rebuild counts it (``scheduler`` rules: a card is held while the container exists).
+- **Updated on create, stop, start and destroy** by the backend (:meth:`add`, :meth:`set_active`,
+  :meth:`remove`). A *stopped* container keeps its entry and its card (``scheduler`` rules: a card is
+  held while the container exists) but is inactive: it promises no CPU or memory, exactly as the
+  label rebuild counts it from the container's state.
 - Only the caller's decision is serialised (``Engines`` holds its placement lock around
   :meth:`usage` + ``place`` + the reservation); a rebuild lists one engine, and only when it is due.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +31,11 @@ from labserver.backends.docker import config as dc
 from labserver.backends.docker.scheduler import Running, Usage
 
 
-def running_from_labels(labels: Mapping[str, str], node: str, fallback_id: str) -> Running | None:
-    """The :class:`Running` a container's labels tell; None for a container that holds nothing
-    (a grader, or no labserver role)."""
+def running_from_labels(
+    labels: Mapping[str, str], node: str, fallback_id: str, state: str = "running"
+) -> Running | None:
+    """The :class:`Running` a container's labels (and engine state) tell; None for a container that
+    holds nothing (a grader, or no labserver role). ``exited`` / ``dead`` containers are inactive."""
     if labels.get(dc.LABEL_ROLE) not in ("env", "warm"):
         return None
     card = labels.get("labserver.card")
@@ -41,7 +45,11 @@ def running_from_labels(labels: Mapping[str, str], node: str, fallback_id: str) 
         float(labels.get("labserver.cpus", 1)),
         int(labels.get("labserver.memory_mb", 0)),
         int(card) if card is not None else None,
+        active=state not in INACTIVE_STATES,
     )
+
+
+INACTIVE_STATES = ("exited", "dead")
 
 
 @dataclass
@@ -52,12 +60,12 @@ class _Engine:
 
 class UsageBook:
     """Per-engine usage in memory (see the module docstring). ``lister(engine)`` returns
-    ``[(container id, labels, node), ...]`` for one engine and raises when the engine does not
+    ``[(container id, labels, node, state), ...]`` for one engine and raises when the engine does not
     answer; it is only called by :meth:`usage` for an engine whose entries are due."""
 
     def __init__(
         self,
-        lister: Callable[[str], Awaitable[Sequence[tuple[str, Mapping[str, str], str]]]],
+        lister: Callable[[str], Awaitable[Sequence[tuple[str, Mapping[str, str], str, str]]]],
         *,
         max_age_s: float = 60.0,
         now: Callable[[], float] = time.monotonic,
@@ -94,8 +102,8 @@ class UsageBook:
             return
         self.rebuilds += 1
         held = {}
-        for cid, labels, node in listed:
-            running = running_from_labels(labels, node, cid)
+        for cid, labels, node, state in listed:
+            running = running_from_labels(labels, node, cid, state)
             if running is not None:
                 held[cid] = running
         entry = self._engine(engine)
@@ -105,6 +113,12 @@ class UsageBook:
     def add(self, engine: str, container_id: str, running: Running) -> None:
         """A container was made on ``engine`` (or found: idempotent)."""
         self._engine(engine).held[container_id] = running
+
+    def set_active(self, container_id: str, active: bool) -> None:
+        """A container was stopped (``False``: its CPU and memory are free) or started again."""
+        for entry in self._engines.values():
+            if (held := entry.held.get(container_id)) is not None:
+                entry.held[container_id] = dataclasses.replace(held, active=active)
 
     def remove(self, container_id: str) -> None:
         """A container was removed (or is gone: idempotent)."""
@@ -122,8 +136,9 @@ class UsageBook:
             held = entry.held.values()
             out[name] = {
                 "count": len(entry.held),
-                "cpus": sum(r.cpus for r in held),
-                "memory_mb": sum(r.memory_mb for r in held),
+                "stopped": sum(not r.active for r in held),
+                "cpus": sum(r.cpus for r in held if r.active),
+                "memory_mb": sum(r.memory_mb for r in held if r.active),
                 "cards": sorted((r.node, r.card) for r in held if r.card is not None),
             }
         return out

@@ -12,7 +12,7 @@ import pytest
 
 from labserver.backends.base import ProvisionError
 from labserver.backends.docker.backend import DockerBackend
-from labserver.backends.docker.scheduler import Node, Running, place
+from labserver.backends.docker.scheduler import Node, Running, has_room, place
 from labserver.backends.docker.slots import EngineSlots
 from labserver.backends.docker.usage import UsageBook, running_from_labels
 
@@ -37,14 +37,18 @@ class Engine:
 
     def __init__(self) -> None:
         self.containers: dict[str, dict[str, str]] = {}
+        self.states: dict[str, str] = {}  # container id -> engine state (default running)
         self.calls = 0
         self.down = False
 
-    async def list(self, engine: str) -> list[tuple[str, Mapping[str, str], str]]:
+    async def list(self, engine: str) -> list[tuple[str, Mapping[str, str], str, str]]:
         self.calls += 1
         if self.down:
             raise ConnectionError("engine down")
-        return [(cid, lab, lab.get("labserver.node", engine)) for cid, lab in self.containers.items()]
+        return [
+            (cid, lab, lab.get("labserver.node", engine), self.states.get(cid, "running"))
+            for cid, lab in self.containers.items()
+        ]
 
 
 def test_labels_tell_what_a_container_holds_and_graders_hold_nothing() -> None:
@@ -159,5 +163,41 @@ def test_thirty_placements_at_once_list_the_engine_once_and_stay_within_capacity
         await asyncio.gather(*(backend.destroy(r) for r in [*refs[1:], again]))
         assert backend.engines.book.counts()[node.name]["count"] == 0
         await backend.aclose()
+
+    asyncio.run(go())
+
+
+def test_a_stopped_container_keeps_its_card_but_frees_cpu_and_memory() -> None:
+    """Stop all / idle culling must make room for the queue: a stopped container promises no CPU
+    or memory (rebuilt from its state, or marked by the backend), but its card stays taken."""
+    node = Node(
+        "n",
+        LOCAL,
+        kind="npu-simulated",
+        cpus=1,
+        memory_mb=1024,
+        cards=(0, 1),
+        cpu_overcommit=1,
+        memory_overcommit=1,
+    )
+    engine = Engine()
+    engine.containers["c1"] = labels("a", "n", 1, 1024, 0)
+    book = UsageBook(engine.list)
+
+    async def go() -> None:
+        usage = await book.usage(["n"])
+        assert not has_room(node, usage, 1, 1024)
+        book.set_active("c1", False)
+        usage = await book.usage(["n"])
+        assert has_room(node, usage, 1, 1024)
+        assert usage.cards_taken("n") == {0}
+        assert book.counts()["n"]["stopped"] == 1 and book.counts()["n"]["cpus"] == 0
+        book.set_active("c1", True)
+        assert not has_room(node, await book.usage(["n"]), 1, 1024)
+        # the same from the engine's listing: an exited container is inactive
+        engine.states["c1"] = "exited"
+        await book.rebuild("n")
+        usage = await book.usage(["n"])
+        assert has_room(node, usage, 1, 1024) and usage.cards_taken("n") == {0}
 
     asyncio.run(go())
