@@ -70,6 +70,12 @@ class DockerSettings(BaseModel):
     warm_pool: int = 0
     idle_cull_minutes: float = 0.0
     engine_concurrency: int = Field(default=8, ge=1, le=256)  # create/start calls at once per engine
+    # every engine API call gives up after this long (connect and each read): a frozen engine is
+    # "does not answer", never a hung request
+    engine_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # the Engine API version spoken; a fixed one means no call at client creation (which would block
+    # the server's event loop on a frozen engine). 1.41 = Docker 20.10 and later. "auto" asks.
+    api_version: str = "1.41"
     usage_resync_s: float = Field(default=60.0, gt=0)  # placement usage re-read from labels this often
     name_prefix: str = "labserver"  # containers are <prefix>-<env id>; servers sharing an engine differ
     workspace_mb: int = Field(default=0, ge=0, le=1_000_000)  # workspace size limit (0: none; disk.py)

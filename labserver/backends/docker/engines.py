@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ENGINE_ERRORS = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError)
+#: a node whose engine did not answer is not asked again for this long: with a frozen engine every
+#: placement (under the placement lock) would otherwise wait the whole engine timeout in turn
+DOWN_RETRY_S = 10.0
 
 
 def nodes_from_settings(settings: DockerSettings) -> list[Node]:
@@ -81,7 +84,8 @@ class Engines:
         #: where workspace images go when ``cfg.workspace_mb`` limits volumes (disk.py); None: never
         self.disks_dir: Path | None = None
         #: what each engine holds, in memory (placement lists nothing; rebuilt from labels when due)
-        self.book = UsageBook(self._list_held, max_age_s=cfg.usage_resync_s)
+        self.book = UsageBook(self._list_held, max_age_s=cfg.usage_resync_s, retry_s=DOWN_RETRY_S)
+        self._down_until: dict[str, float] = {}  # node -> monotonic time to ask its engine again
         #: at most ``cfg.engine_concurrency`` create / start calls at once per engine
         self.slots = EngineSlots(cfg.engine_concurrency)
 
@@ -97,8 +101,8 @@ class Engines:
             # ssh:// goes through the system's ssh client (keys/agent as the server's user), not paramiko
             self._clients[node] = docker.DockerClient(
                 base_url=url,
-                version="auto",
-                timeout=30,
+                version=self.cfg.api_version,
+                timeout=self.cfg.engine_timeout_s,
                 max_pool_size=64,
                 use_ssh_client=url.startswith("ssh://"),
             )
@@ -118,17 +122,26 @@ class Engines:
         raise EnvironmentGone(f"The lab machine {name!r} is not configured any more.", reason="node")
 
     async def nodes(self) -> list[Node]:
-        """The configured nodes that answer; capacity 0 is filled in from the engine (``docker info``)."""
+        """The configured nodes that answer; capacity 0 is filled in from the engine (``docker info``).
+        Raises :class:`ProvisionError` (``engine-down``) naming the machines when none answers."""
         out = []
+        down: list[str] = []
+        now = time.monotonic()
         for n in self.configured:
             if n.name not in self._nodes:
+                if self._down_until.get(n.name, 0.0) > now:
+                    down.append(f"{n.name} ({n.url})")  # failed moments ago: do not wait on it again
+                    continue
                 if n.cpus and n.memory_mb:
                     self._nodes[n.name] = n
                 else:
                     try:
                         info = await self.run(self.client(n.name).info)
-                    except (docker.errors.DockerException, *ENGINE_ERRORS):
-                        continue  # down: not placeable now; retried next time
+                    except (docker.errors.DockerException, *ENGINE_ERRORS) as exc:
+                        log.warning("lab machine %s (%s) does not answer: %r", n.name, n.url, exc)
+                        down.append(f"{n.name} ({n.url})")
+                        self._down_until[n.name] = time.monotonic() + DOWN_RETRY_S
+                        continue  # down: not placeable now; retried after DOWN_RETRY_S
                     self._nodes[n.name] = Node(
                         **{
                             **n.__dict__,
@@ -137,6 +150,13 @@ class Engines:
                         }
                     )
             out.append(self._nodes[n.name])
+        if down and not out:
+            raise ProvisionError(
+                f"The lab machine{'s' if len(down) > 1 else ''} {', '.join(down)} "
+                f"did not answer within {self.cfg.engine_timeout_s:g} s. Try again in a minute; "
+                "if it keeps failing, tell the instructor (the Docker engine may be down or stuck).",
+                reason="engine-down",
+            )
         return out
 
     def engines(self) -> list[str]:

@@ -68,11 +68,14 @@ class UsageBook:
         lister: Callable[[str], Awaitable[Sequence[tuple[str, Mapping[str, str], str, str]]]],
         *,
         max_age_s: float = 60.0,
+        retry_s: float = 0.0,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         self._lister = lister
         self._engines: dict[str, _Engine] = {}
         self.max_age_s = max_age_s
+        self.retry_s = retry_s  # a failed listing is not retried before this (a frozen engine)
+        self._failed_at: dict[str, float] = {}
         self._now = now
         #: how many engine listings the book made (tests and the bench read it)
         self.rebuilds = 0
@@ -81,6 +84,9 @@ class UsageBook:
         return self._engines.setdefault(engine, _Engine())
 
     def _due(self, engine: str) -> bool:
+        failed = self._failed_at.get(engine)
+        if failed is not None and self._now() - failed < self.retry_s:
+            return False
         listed = self._engine(engine).listed_at
         return listed is None or self._now() - listed >= self.max_age_s
 
@@ -97,9 +103,11 @@ class UsageBook:
         engine that does not answer keeps its entries and is tried again next time)."""
         try:
             listed = await self._lister(engine)
-        except Exception:  # noqa: BLE001 - down or failing: keep what we knew, retry next decision
+        except Exception:  # noqa: BLE001 - down or failing: keep what we knew, retry after retry_s
             self._engine(engine).listed_at = None
+            self._failed_at[engine] = self._now()
             return
+        self._failed_at.pop(engine, None)
         self.rebuilds += 1
         held = {}
         for cid, labels, node, state in listed:
