@@ -19,7 +19,10 @@ from labkit.check import Failure, main, msg, run_script
 from labkit.device import get_device
 
 DEFAULT_SEED = 7
-RERUN = msg("Run `python warmup.py` in this folder and press Check again.", "在本目录运行 `python warmup.py`，再点击检查。")
+RERUN = msg(
+    "Run `python warmup.py` in this folder and press Check again.",
+    "在本目录运行 `python warmup.py`，再点击检查。",
+)
 
 
 def expected_trace(seed: int) -> tuple[float, float]:
@@ -44,12 +47,14 @@ def read_record(path: Path) -> dict:
             [RERUN],
         ) from exc
     if not isinstance(got, dict):
-        raise Failure(msg(f"`{path.name}` should hold a JSON object.", f"`{path.name}` 应该是一个 JSON 对象。"), [RERUN])
+        raise Failure(
+            msg(f"`{path.name}` should hold a JSON object.", f"`{path.name}` 应该是一个 JSON 对象。"), [RERUN]
+        )
     return got
 
 
 def judge(got: dict, seed: int, kind: str, whose: str) -> str:
-    """"" or what is wrong with a record that should be warmup.py's output for ``seed``."""
+    """ "" or what is wrong with a record that should be warmup.py's output for ``seed``."""
     if got.get("device") != kind:
         return msg(
             f"{whose} says device {got.get('device')!r}, but this environment runs on {kind!r}: "
@@ -81,20 +86,34 @@ def judge(got: dict, seed: int, kind: str, whose: str) -> str:
 
 def run_seed() -> int:
     run_id = os.environ.get("LAB_RUN_ID") or os.urandom(8).hex()
-    return 100 + int(hashlib.sha256(f"getting-started/warmup/{run_id}".encode()).hexdigest()[:8], 16) % 100_000
+    return (
+        100 + int(hashlib.sha256(f"getting-started/warmup/{run_id}".encode()).hexdigest()[:8], 16) % 100_000
+    )
 
 
 def check() -> str:
     kind = get_device().kind
     script = Path("warmup.py")
     if not script.is_file():
-        raise Failure(msg("`warmup.py` is missing: reset the lab to get it back.", "缺少 `warmup.py`：可以重置实验恢复它。"))
+        raise Failure(
+            msg(
+                "`warmup.py` is missing: reset the lab to get it back.",
+                "缺少 `warmup.py`：可以重置实验恢复它。",
+            )
+        )
     path = Path("warmup.json")
     if not path.is_file():
         raise Failure(
-            msg("`warmup.json` is missing: run `python warmup.py` first.", "缺少 `warmup.json`：请先运行 `python warmup.py`。"),
-            [msg("Run it in this folder: warmup.py writes warmup.json where you run it.",
-                 "请在本目录运行：warmup.py 会把 warmup.json 写在你运行它的目录里。")],
+            msg(
+                "`warmup.json` is missing: run `python warmup.py` first.",
+                "缺少 `warmup.json`：请先运行 `python warmup.py`。",
+            ),
+            [
+                msg(
+                    "Run it in this folder: warmup.py writes warmup.json where you run it.",
+                    "请在本目录运行：warmup.py 会把 warmup.json 写在你运行它的目录里。",
+                )
+            ],
         )
     problem = judge(read_record(path), DEFAULT_SEED, kind, "`warmup.json`")
     if problem:
@@ -119,17 +138,34 @@ def check() -> str:
                 f"你的 warmup.json 看起来没问题，但 warmup.py 本身不能正常工作：检查器用 --seed {seed} 运行它，"
                 f"退出码 {res.exit_code}，没有写出 warmup.json。{res.stderr[-300:]}",
             ),
-            [msg("Reset the lab to get the original warmup.py back, then run it.", "可以重置实验恢复原来的 warmup.py，然后运行它。")],
+            [
+                msg(
+                    "Reset the lab to get the original warmup.py back, then run it.",
+                    "可以重置实验恢复原来的 warmup.py，然后运行它。",
+                )
+            ],
         )
-    problem = judge(record, seed, kind, msg(f"the warmup.json your warmup.py writes for --seed {seed}",
-                                            f"你的 warmup.py 在 --seed {seed} 下写出的 warmup.json"))
+    problem = judge(
+        record,
+        seed,
+        kind,
+        msg(
+            f"the warmup.json your warmup.py writes for --seed {seed}",
+            f"你的 warmup.py 在 --seed {seed} 下写出的 warmup.json",
+        ),
+    )
     if problem:
         raise Failure(
             msg(
                 f"Your warmup.json looks right, but warmup.py does not compute it: {problem}",
                 f"你的 warmup.json 看起来没问题，但它不是 warmup.py 算出来的：{problem}",
             ),
-            [msg("Reset the lab to get the original warmup.py back, then run it.", "可以重置实验恢复原来的 warmup.py，然后运行它。")],
+            [
+                msg(
+                    "Reset the lab to get the original warmup.py back, then run it.",
+                    "可以重置实验恢复原来的 warmup.py，然后运行它。",
+                )
+            ],
         )
     return msg(
         f"warmup.py ran on {kind}: trace {expected_trace(DEFAULT_SEED)[0]:.4f} (and {record['trace']} for the checker's seed {seed}).",

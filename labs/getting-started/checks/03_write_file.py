@@ -63,7 +63,10 @@ def diagnose(data: bytes) -> str:
                 f"第 2 行是 {got!r}：中文这一行用全角标点 ，和 ！，不是半角的 , 和 !。",
             )
         if got.lower() == want.lower():
-            return msg(f"Line {i} is {got!r}: mind the capitals, {want!r}.", f"第 {i} 行是 {got!r}：注意大小写，应为 {want!r}。")
+            return msg(
+                f"Line {i} is {got!r}: mind the capitals, {want!r}.",
+                f"第 {i} 行是 {got!r}：注意大小写，应为 {want!r}。",
+            )
         return msg(f"Line {i} is {got!r}, expected {want!r}.", f"第 {i} 行是 {got!r}，应为 {want!r}。")
     return msg("The file has more than the two lines asked for.", "文件里不止要求的两行。")
 
@@ -71,9 +74,16 @@ def diagnose(data: bytes) -> str:
 def check() -> str:
     path = Path("notes/hello.txt")
     if not path.is_file():
-        where = msg(" (it must be in the notes folder)", "（它应在 notes 文件夹里）") if Path("hello.txt").exists() else ""
+        where = (
+            msg(" (it must be in the notes folder)", "（它应在 notes 文件夹里）")
+            if Path("hello.txt").exists()
+            else ""
+        )
         raise Failure(
-            msg(f"`notes/hello.txt` does not exist in your lab folder{where}.", f"你的实验文件夹中没有 `notes/hello.txt`{where}。"),
+            msg(
+                f"`notes/hello.txt` does not exist in your lab folder{where}.",
+                f"你的实验文件夹中没有 `notes/hello.txt`{where}。",
+            ),
             [HINT],
         )
     data = path.read_bytes()

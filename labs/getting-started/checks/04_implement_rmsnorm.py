@@ -25,7 +25,12 @@ def run_seed() -> int:
 
 def check() -> tuple[str, dict[str, float]]:
     if not Path("rmsnorm.py").is_file():
-        raise Failure(msg("`rmsnorm.py` is missing: reset the lab to get it back.", "缺少 `rmsnorm.py`：可以重置实验恢复它。"))
+        raise Failure(
+            msg(
+                "`rmsnorm.py` is missing: reset the lab to get it back.",
+                "缺少 `rmsnorm.py`：可以重置实验恢复它。",
+            )
+        )
     cases = make_cases(run_seed())
     outcome = run_function(
         HERE / "rmsnorm_harness.py", "run_cases", [c.payload() for c in cases], timeout=60
@@ -39,9 +44,16 @@ def check() -> tuple[str, dict[str, float]]:
     if problem:
         if "NotImplementedError" in problem:
             raise Failure(
-                msg("rms_norm is not written yet (it raises NotImplementedError).", "rms_norm 还没有实现（它抛出 NotImplementedError）。"),
-                [msg("Open rmsnorm.py and replace the `raise NotImplementedError` with your code.",
-                     "打开 rmsnorm.py，把 `raise NotImplementedError` 换成你的实现。")],
+                msg(
+                    "rms_norm is not written yet (it raises NotImplementedError).",
+                    "rms_norm 还没有实现（它抛出 NotImplementedError）。",
+                ),
+                [
+                    msg(
+                        "Open rmsnorm.py and replace the `raise NotImplementedError` with your code.",
+                        "打开 rmsnorm.py，把 `raise NotImplementedError` 换成你的实现。",
+                    )
+                ],
             )
         raise Failure(problem)
     return msg(

@@ -21,9 +21,14 @@ TALK = {
     293.0: ("Hy3 on A3, eager decode, 293 ms/token", "Hy3 在 A3 上 eager 模式 decode，293 ms/token"),
     246.0: ("Hy3 on A3 with fused ops, 246 ms/token", "Hy3 在 A3 上用融合算子后，246 ms/token"),
     33.3: ("Hy3 on A3 in graph mode, 33.3 ms/token", "Hy3 在 A3 上图模式，33.3 ms/token"),
-    103.18: ("the Hy3 decode step on Ascend 950 before the agent's optimisations, 103.18 ms",
-             "昇腾 950 上 Hy3 在智能体优化之前的 decode 步，103.18 ms"),
-    17.98: ("the Hy3 decode step on Ascend 950 after them, 17.98 ms", "昇腾 950 上 Hy3 优化之后的 decode 步，17.98 ms"),
+    103.18: (
+        "the Hy3 decode step on Ascend 950 before the agent's optimisations, 103.18 ms",
+        "昇腾 950 上 Hy3 在智能体优化之前的 decode 步，103.18 ms",
+    ),
+    17.98: (
+        "the Hy3 decode step on Ascend 950 after them, 17.98 ms",
+        "昇腾 950 上 Hy3 优化之后的 decode 步，17.98 ms",
+    ),
 }
 ROW = re.compile(r"^(\S+)\s+(eager|graph)\s+\d+\s+[0-9.]+\s+[0-9.]+\s+([0-9.]+)$", re.M)
 LINE = re.compile(r"^decode_step_ms = ([0-9.]+)$", re.M)
@@ -72,14 +77,21 @@ def check() -> tuple[str, dict[str, float]]:
     want, rows, err = measure([sys.executable, "-I", str(TRUSTED)])
     if want is None:
         raise Failure(
-            msg(f"The lab's measure.py did not print decode_step_ms: {err}", f"实验自带的 measure.py 没有打印 decode_step_ms：{err}")
+            msg(
+                f"The lab's measure.py did not print decode_step_ms: {err}",
+                f"实验自带的 measure.py 没有打印 decode_step_ms：{err}",
+            )
         )
     path = Path("metric.txt")
     if not path.is_file():
         raise Failure(
             msg("`metric.txt` does not exist yet.", "还没有 `metric.txt` 文件。"),
-            [msg("Run `python measure.py` and copy the number after `decode_step_ms =`.",
-                 "运行 `python measure.py`，复制 `decode_step_ms =` 后面的数字。")],
+            [
+                msg(
+                    "Run `python measure.py` and copy the number after `decode_step_ms =`.",
+                    "运行 `python measure.py`，复制 `decode_step_ms =` 后面的数字。",
+                )
+            ],
         )
     text = path.read_text(encoding="utf-8", errors="replace").strip()
     number = re.sub(r"\s*ms$", "", text)

@@ -15,11 +15,10 @@ import sys
 import traceback
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-
 import labkit.npu
 import labkit.npu.norm
+import torch
+import torch.nn.functional as F
 
 DELEGATED: list[str] = []
 
@@ -72,5 +71,11 @@ def run_cases(cases: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(out, tuple | list) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
             results.append({"y": out[0].detach().cpu(), "rstd": out[1].detach().cpu()})
         else:
-            results.append({"value": type(out).__name__ if not isinstance(out, tuple | list) else f"{type(out).__name__} of {len(out)}"})
+            results.append(
+                {
+                    "value": type(out).__name__
+                    if not isinstance(out, tuple | list)
+                    else f"{type(out).__name__} of {len(out)}"
+                }
+            )
     return {"results": results, "delegated": list(DELEGATED)}

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from labkit.check import msg
 
 LOW = (torch.bfloat16, torch.float16)
@@ -62,7 +61,9 @@ def make_cases(seed: int) -> list[Case]:
     x = torch.randn(rows, d, generator=g) * 3
     cases.append(Case(_label(x, 1e-6), x, weight(d), 1e-6))
     d = dim()
-    eps = [1e-5, 1e-6][int(torch.randint(0, 2, (1,), generator=g))]  # too small to tell eps mistakes apart: case 4 does
+    eps = [1e-5, 1e-6][
+        int(torch.randint(0, 2, (1,), generator=g))
+    ]  # too small to tell eps mistakes apart: case 4 does
     x = torch.randn(2, 3, d, generator=g) * 2
     cases.append(Case(_label(x, eps), x, weight(d), eps))
     d = dim()
@@ -70,7 +71,9 @@ def make_cases(seed: int) -> list[Case]:
     cases.append(Case(_label(x, 1e-5), x, weight(d), 1e-5))
     d = dim()
     x = torch.randn(5, d, generator=g) * 0.05
-    cases.append(Case(_label(x, 0.5, (" (small values, large eps)", "（数值很小、eps 很大）")), x, weight(d), 0.5))
+    cases.append(
+        Case(_label(x, 0.5, (" (small values, large eps)", "（数值很小、eps 很大）")), x, weight(d), 0.5)
+    )
     d = dim()
     x = torch.randn(3, d, generator=g)
     x[1] = 0.0
@@ -80,7 +83,14 @@ def make_cases(seed: int) -> list[Case]:
     cases.append(Case(_label(x, 1e-6), x, weight(d).to(torch.bfloat16), 1e-6))
     d = dim()
     x = (torch.randn(4, d, generator=g) * 150).clamp(-6e4, 6e4).to(torch.float16)
-    cases.append(Case(_label(x, 1e-6, (" (values up to ~500)", "（数值可达约 500）")), x, weight(d).to(torch.float16), 1e-6))
+    cases.append(
+        Case(
+            _label(x, 1e-6, (" (values up to ~500)", "（数值可达约 500）")),
+            x,
+            weight(d).to(torch.float16),
+            1e-6,
+        )
+    )
     return cases
 
 
@@ -141,7 +151,10 @@ def _diagnose_rstd(case: Case, got: torch.Tensor) -> str:
         ),
         (
             1.0 / ((case.x.double() ** 2).mean(-1, keepdim=True) + case.eps),
-            msg("the square root is missing: rstd = 1 / sqrt(mean(x²) + eps)", "少了开方：rstd = 1 / sqrt(mean(x²) + eps)"),
+            msg(
+                "the square root is missing: rstd = 1 / sqrt(mean(x²) + eps)",
+                "少了开方：rstd = 1 / sqrt(mean(x²) + eps)",
+            ),
         ),
     ]
     for value, why in candidates:
@@ -201,7 +214,9 @@ def judge_one(case: Case, result: dict[str, Any]) -> tuple[str, float]:
         ), math.inf
     low = x.dtype in LOW
     name = str(x.dtype).replace("torch.", "")
-    if low and not (torch.isfinite(y.double()).all() and torch.isfinite(rstd.double()).all() and (rstd.double() > 0).all()):
+    if low and not (
+        torch.isfinite(y.double()).all() and torch.isfinite(rstd.double()).all() and (rstd.double() > 0).all()
+    ):
         return where + msg(
             f"y or rstd is inf, nan or 0: x² of values this large overflows {name} (max {torch.finfo(x.dtype).max:g}). "
             "Compute in fp32 (x.float()) and cast y back to x's dtype at the end, as the fused kernel does.",
@@ -245,7 +260,9 @@ def judge_one(case: Case, result: dict[str, Any]) -> tuple[str, float]:
     scale = float(y_ref.abs().max()) or 1.0
     if not _close(y, y_ref, rtol=RTOL, atol=ATOL * scale):
         if _close(y, x.double() * rstd_ref, rtol=1e-4, atol=1e-6 * scale):
-            why = msg("the weight is not applied: y = x * rstd * weight", "没有乘以 weight：y = x * rstd * weight")
+            why = msg(
+                "the weight is not applied: y = x * rstd * weight", "没有乘以 weight：y = x * rstd * weight"
+            )
         else:
             why = msg("y = x * rstd * weight", "y = x * rstd * weight")
         err = float((y.double() - y_ref).abs().max())

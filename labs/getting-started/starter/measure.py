@@ -24,7 +24,9 @@ def decode_step(profile: str, graph_mode: bool) -> emu.EmuReport:
 
 
 weights = LAYERS * sum(k * n for k, n in MATMULS.values()) * BYTES_PER_PARAM
-print(f"model: {LAYERS} layers, hidden {HIDDEN}, ffn {FFN}, bf16 weights {weights / 1e6:.2f} MB read per token")
+print(
+    f"model: {LAYERS} layers, hidden {HIDDEN}, ffn {FFN}, bf16 weights {weights / 1e6:.2f} MB read per token"
+)
 print(f"{'profile':8} {'mode':6} {'launches':>8} {'weights_ms':>10} {'launch_ms':>9} {'step_ms':>8}")
 rows = [("910B", False), ("910B", True), ("950DT", False)]
 for profile, graph in rows:

@@ -18,7 +18,12 @@ torch.manual_seed(args.seed)
 a = torch.randn(64, 64)
 b = torch.randn(64, 64)
 c = (a.to(device.torch_device) @ b.to(device.torch_device)).cpu()
-record = {"device": device.kind, "seed": args.seed, "shape": list(c.shape), "trace": round(float(c.trace()), 4)}
+record = {
+    "device": device.kind,
+    "seed": args.seed,
+    "shape": list(c.shape),
+    "trace": round(float(c.trace()), 4),
+}
 with open("warmup.json", "w") as f:
     json.dump(record, f)
 print("wrote warmup.json:", record)
