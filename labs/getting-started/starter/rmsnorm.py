@@ -4,6 +4,7 @@ import torch
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (y, rstd): rstd = 1 / sqrt(mean(x**2, last dim, kept) + eps); y = x * rstd * weight."""
-    # TODO: compute rstd over the last dimension (keep it, size 1) and y.
+    """Return (y, rstd) as npu_rms_norm does: rstd = 1 / sqrt(mean(x**2 over the last dim) + eps),
+    float32, the last dim kept with size 1; y = x * rstd * weight in x's dtype."""
+    # TODO: your RMSNorm (see the step text for the inputs it will be checked on).
     raise NotImplementedError("rms_norm is not written yet")
