@@ -34,8 +34,8 @@ RULE_NAMES = {
     "no emax": msg("2^floor(log2(amax)) without subtracting emax", "2^floor(log2(amax))，没有减去 emax"),
 }
 ROUNDING_NAMES = {
-    "round away": msg("rounds ties away from zero", "把平局值向远离零的方向舍入"),
-    "round down": msg("rounds ties toward zero", "把平局值向零舍入"),
+    "round away": msg("rounds ties away from zero", "把恰在两格点正中的值往远离零的方向舍"),
+    "round down": msg("rounds ties toward zero", "把恰在两格点正中的值往零的方向舍"),
     "round trunc": msg("truncates toward zero instead of rounding to nearest", "向零截断，而不是就近舍入"),
 }
 RULE_HINT = msg(
@@ -97,15 +97,15 @@ def check_rule(rule: dict) -> None:
         diff = rule.get(f"{fmt}_diff")
         looks = rule.get(f"{fmt}_looks_like")
         if looks in ROUNDING_NAMES or (diff and diff["n"] and diff["ties"] == diff["n"]):
-            how = ROUNDING_NAMES.get(looks, msg("rounds ties differently", "对平局值的舍入方式不对"))
+            how = ROUNDING_NAMES.get(looks, msg("rounds ties differently", "对恰在两格点正中的值舍入不对"))
             raise Failure(
                 msg(
                     f"The scale is right, the rounding is not: mx_quantize_dequantize(x, {fmt!r}) {how}; "
                     f"{diff['ties'] if diff else '?'} of the {diff['n'] if diff else '?'} differing values are exact "
                     "ties (x/scale halfway between two grid points), and a tie goes to the even code.",
                     f"scale 是对的，舍入不对：mx_quantize_dequantize(x, {fmt!r}) {how}；"
-                    f"不一致的 {diff['n'] if diff else '?'} 个值中有 {diff['ties'] if diff else '?'} 个恰好是平局"
-                    "（x/scale 正好落在两个格点中间），平局应取编码为偶数的格点。",
+                    f"不一致的 {diff['n'] if diff else '?'} 个值中有 {diff['ties'] if diff else '?'} 个恰好落在两个格点正中"
+                    "（x/scale 是两个格点的中点），这样的值应取编码为偶数的格点。",
                 )
                 + (_examples(diff) if diff else ""),
                 [TIE_HINT],
