@@ -52,7 +52,14 @@ def patch_problem(root: Path) -> str | None:
     tree = root / "fresh"
     shutil.copytree(sc.UPSTREAM, tree)
     res = run_script(
-        ["bash", "-c", 'cd "$1" && git apply --check -v "$2"', "_", str(tree), str(Path("npu.patch").resolve())],
+        [
+            "bash",
+            "-c",
+            'cd "$1" && git apply --check -v "$2"',
+            "_",
+            str(tree),
+            str(Path("npu.patch").resolve()),
+        ],
         timeout=20,
     )
     if res.ok:
@@ -122,14 +129,17 @@ def check_video(path: Path, prompt: str, what: str) -> dict:
         problems.append(f"{meta.get('fps')} fps (want {sc.FPS})")
     expect(
         not problems,
-        msg(f"{what} is not what the pipeline writes: ", f"{what} 与流水线的输出不符：") + "; ".join(problems),
+        msg(f"{what} is not what the pipeline writes: ", f"{what} 与流水线的输出不符：")
+        + "; ".join(problems),
     )
     return sc.analyse(frames)
 
 
 def check() -> tuple[str, dict]:
     for name in FILES:
-        expect(Path(name).is_file(), msg(f"{name} is missing from the lab folder.", f"实验目录中缺少 {name}。"))
+        expect(
+            Path(name).is_file(), msg(f"{name} is missing from the lab folder.", f"实验目录中缺少 {name}。")
+        )
     expect(
         Path("TinySana/tinysana/pipeline.py").is_file(),
         msg(
@@ -171,10 +181,17 @@ def check() -> tuple[str, dict]:
             raise Failure(
                 msg(
                     f"`bash infer_platform.sh {prompt!r} check.mp4` wrote no check.mp4"
-                    + (f" (it wrote {', '.join(wrote)}): the script ignores its second argument, the output path."
-                       if wrote else "."),
+                    + (
+                        f" (it wrote {', '.join(wrote)}): the script ignores its second argument, the output path."
+                        if wrote
+                        else "."
+                    ),
                     f"`bash infer_platform.sh {prompt!r} check.mp4` 没有写出 check.mp4"
-                    + (f"（写出的是 {', '.join(wrote)}）：脚本忽略了第二个参数（输出路径）。" if wrote else "。"),
+                    + (
+                        f"（写出的是 {', '.join(wrote)}）：脚本忽略了第二个参数（输出路径）。"
+                        if wrote
+                        else "。"
+                    ),
                 )
             )
         seen = check_video(clip, prompt, f"the video for {prompt!r}")
@@ -184,11 +201,15 @@ def check() -> tuple[str, dict]:
             raise Failure(
                 msg(
                     f"`bash infer_platform.sh {prompt!r}` does not draw its prompt: {wrong}."
-                    + (" That is the default prompt: the script ignores its first argument." if default else ""),
+                    + (
+                        " That is the default prompt: the script ignores its first argument."
+                        if default
+                        else ""
+                    ),
                     f"`bash infer_platform.sh {prompt!r}` 没有画出它的提示词：{wrong}。"
                     + ("这是默认提示词：脚本忽略了第一个参数。" if default else ""),
                 ),
-                [msg("Pass \"$1\" (the prompt) on to inference.py.", "把 \"$1\"（提示词）传给 inference.py。")],
+                [msg('Pass "$1" (the prompt) on to inference.py.', '把 "$1"（提示词）传给 inference.py。')],
             )
         # the same script with one byte of the checkpoint changed must stop before inference
         shutil.rmtree(ws / "TinySana")
@@ -206,13 +227,20 @@ def check() -> tuple[str, dict]:
                     "infer_platform.sh 在权重被破坏（改了一个字节）时仍继续运行：[4/5] 步必须用 .sha256 校验 "
                     "weights/tinysana.safetensors，不一致就停下。",
                 ),
-                [msg("sha256sum --check exits non-zero on a mismatch; set -e stops the script.",
-                     "sha256sum --check 在不一致时返回非零；set -e 会让脚本停下。")],
+                [
+                    msg(
+                        "sha256sum --check exits non-zero on a mismatch; set -e stops the script.",
+                        "sha256sum --check 在不一致时返回非零；set -e 会让脚本停下。",
+                    )
+                ],
             )
     out = Path("out.mp4")
     expect(
         out.is_file(),
-        msg("out.mp4 is missing: run `bash infer_platform.sh`.", "缺少 out.mp4：运行 `bash infer_platform.sh`。"),
+        msg(
+            "out.mp4 is missing: run `bash infer_platform.sh`.",
+            "缺少 out.mp4：运行 `bash infer_platform.sh`。",
+        ),
     )
     first = check_video(out, sc.PROMPT, "out.mp4")
     wrong = sc.mismatch(first, sc.PROMPT)

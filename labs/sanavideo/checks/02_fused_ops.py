@@ -48,12 +48,21 @@ def check() -> tuple[str, dict]:
                 f"rms_norm_forward() 忽略了该层的 eps：eps={shape['eps']:g} 时结果与 eps=1e-6 相同。"
                 "TinySana 自己的层用的就是 1e-6，所以只看视频看不出来。",
             ),
-            [msg("Pass self.eps as npu_rms_norm's epsilon.", "把 self.eps 作为 npu_rms_norm 的 epsilon 传入。")],
+            [
+                msg(
+                    "Pass self.eps as npu_rms_norm's epsilon.",
+                    "把 self.eps 作为 npu_rms_norm 的 epsilon 传入。",
+                )
+            ],
         )
     for call in res["attention_args"]:
         heads = call["q_shape"][1]
         d = call["q_shape"][-1]
-        if call["input_layout"] != "BNSD" or call["head_num"] != heads or abs(call["scale"] * d**0.5 - 1) > 1e-6:
+        if (
+            call["input_layout"] != "BNSD"
+            or call["head_num"] != heads
+            or abs(call["scale"] * d**0.5 - 1) > 1e-6
+        ):
             raise Failure(
                 msg(
                     f"softmax_attention() calls npu_fusion_attention with head_num={call['head_num']!r}, "
@@ -146,16 +155,26 @@ def check() -> tuple[str, dict]:
             raise Failure(
                 msg(
                     f"One call of {func}() still runs {got} kernels where the fused version runs {want}"
-                    + (f": it calls {npu_op} but the plain-torch version still runs beside it." if npu_op else
-                       ": the 1x1 conv's TransData conversions are still there.")
+                    + (
+                        f": it calls {npu_op} but the plain-torch version still runs beside it."
+                        if npu_op
+                        else ": the 1x1 conv's TransData conversions are still there."
+                    )
                     + " The result is right; the launches are what the step removes.",
                     f"{func}() 的一次调用仍下发 {got} 个算子，融合后应为 {want} 个"
-                    + (f"：它调用了 {npu_op}，但普通 torch 实现仍在旁边运行。" if npu_op else
-                       "：1x1 卷积的 TransData 格式转换仍然存在。")
+                    + (
+                        f"：它调用了 {npu_op}，但普通 torch 实现仍在旁边运行。"
+                        if npu_op
+                        else "：1x1 卷积的 TransData 格式转换仍然存在。"
+                    )
                     + "结果是对的；这一步要去掉的正是这些算子下发。",
                 ),
-                [msg("Return the fused op's result and drop the call to the upstream function.",
-                     "直接返回融合算子的结果，去掉对上游函数的调用。")],
+                [
+                    msg(
+                        "Return the fused op's result and drop the call to the upstream function.",
+                        "直接返回融合算子的结果，去掉对上游函数的调用。",
+                    )
+                ],
             )
     if res["conv1x1_calls"]:
         raise Failure(
@@ -184,14 +203,14 @@ def check() -> tuple[str, dict]:
         after < before,
         msg(
             f"The emulated sampling time did not fall ({before:.2f} ms -> {after:.2f} ms).",
-            f"模拟的采样时间没有下降（{before:.2f} ms -> {after:.2f} ms）。",
+            f"仿真的采样时间没有下降（{before:.2f} ms -> {after:.2f} ms）。",
         ),
     )
     return (
         msg(
             f"Fused: same clip (max pixel difference {max_diff:.0f}/255); emulated sampling "
             f"{before:.2f} ms -> {after:.2f} ms ({res['ref_launches']} -> {res['out_launches']} kernel launches) for {prompt!r}.",
-            f"融合完成：视频不变（像素最大差 {max_diff:.0f}/255）；模拟采样时间 {before:.2f} ms -> {after:.2f} ms"
+            f"融合完成：视频不变（像素最大差 {max_diff:.0f}/255）；仿真采样时间 {before:.2f} ms -> {after:.2f} ms"
             f"（算子下发次数 {res['ref_launches']} -> {res['out_launches']}，{prompt!r}）。",
         ),
         {

@@ -55,10 +55,12 @@ TIE_HINT = msg(
 
 def _examples(diff: dict) -> str:
     rows = [
-        f"x={x:.6g}: x/scale={v:.6g}, you give {g:.6g}, DynamicMxQuant gives {r:.6g}" for x, v, g, r in diff["examples"]
+        f"x={x:.6g}: x/scale={v:.6g}, you give {g:.6g}, DynamicMxQuant gives {r:.6g}"
+        for x, v, g, r in diff["examples"]
     ]
     rows_zh = [
-        f"x={x:.6g}：x/scale={v:.6g}，你的结果 {g:.6g}，DynamicMxQuant 的结果 {r:.6g}" for x, v, g, r in diff["examples"]
+        f"x={x:.6g}：x/scale={v:.6g}，你的结果 {g:.6g}，DynamicMxQuant 的结果 {r:.6g}"
+        for x, v, g, r in diff["examples"]
     ]
     return msg("\n" + "\n".join(rows), "\n" + "\n".join(rows_zh))
 
@@ -85,12 +87,19 @@ def check_rule(rule: dict) -> None:
             raise Failure(
                 msg(
                     f"mx_quantize_dequantize(x, {fmt!r}) is right on a float32 2-D input but not on a bf16 input "
-                    f"of shape (2, 4, 128): " + (f"it returns {bad16[0]} of shape {tuple(bad16[1])}"
-                    if bad16[0] != "values" else f"values differ by up to {bad16[1]:.3g}")
+                    f"of shape (2, 4, 128): "
+                    + (
+                        f"it returns {bad16[0]} of shape {tuple(bad16[1])}"
+                        if bad16[0] != "values"
+                        else f"values differ by up to {bad16[1]:.3g}"
+                    )
                     + ". Activations arrive in bf16 with any number of leading dims; return x's shape and dtype.",
                     f"mx_quantize_dequantize(x, {fmt!r}) 对 float32 二维输入正确，对形状 (2, 4, 128) 的 bf16 输入却不对："
-                    + (f"返回的是形状 {tuple(bad16[1])} 的 {bad16[0]}" if bad16[0] != "values"
-                       else f"数值最多相差 {bad16[1]:.3g}")
+                    + (
+                        f"返回的是形状 {tuple(bad16[1])} 的 {bad16[0]}"
+                        if bad16[0] != "values"
+                        else f"数值最多相差 {bad16[1]:.3g}"
+                    )
                     + "。激活值以 bf16 传入，前面可以有任意多维；请返回与 x 相同的形状和 dtype。",
                 )
             )
@@ -147,11 +156,17 @@ def check_format_rule(format_rule: dict) -> None:
         raise Failure(
             msg(
                 f"quant_format(name, {qt!r}) gives the wrong formats: {listing}. In {qt} "
-                + {"bf16": "nothing is quantized.", "a8w8": "every quantized layer is MXFP8.",
-                   "a4w4": "only attn.qkv and the cross-attention linears are MXFP4, the rest MXFP8."}[qt],
+                + {
+                    "bf16": "nothing is quantized.",
+                    "a8w8": "every quantized layer is MXFP8.",
+                    "a4w4": "only attn.qkv and the cross-attention linears are MXFP4, the rest MXFP8.",
+                }[qt],
                 f"quant_format(name, {qt!r}) 给出的格式不对：{listing}。{qt} 模式下"
-                + {"bf16": "不量化任何层。", "a8w8": "所有量化层都用 MXFP8。",
-                   "a4w4": "只有 attn.qkv 和交叉注意力的线性层用 MXFP4，其余用 MXFP8。"}[qt],
+                + {
+                    "bf16": "不量化任何层。",
+                    "a8w8": "所有量化层都用 MXFP8。",
+                    "a4w4": "只有 attn.qkv 和交叉注意力的线性层用 MXFP4，其余用 MXFP8。",
+                }[qt],
             )
         )
 

@@ -117,8 +117,13 @@ def check() -> tuple[str, dict]:
             f"全部权重 {kib(weights)}（占卡的 {100 * weights / cap:.1f}%，与 SANA-Video 约 9.5 GB 占 64 GiB 的比例相同）。"
             "卡上其余的空间留给更长或更大的视频。",
         ),
-        {"peak_kib": peak / 1024, "capacity_kib": cap / 1024, "peak_fraction": peak / cap,
-         "reference_peak_kib": ref_peak / 1024, "weights_fraction": weights / cap},
+        {
+            "peak_kib": peak / 1024,
+            "capacity_kib": cap / 1024,
+            "peak_fraction": peak / cap,
+            "reference_peak_kib": ref_peak / 1024,
+            "weights_fraction": weights / cap,
+        },
     )
 
 

@@ -76,14 +76,22 @@ class _CountCalls:
 
 
 def _attention_call(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: Any = None,
-    input_layout: Any = None, *rest: Any, **kw: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_num: Any = None,
+    input_layout: Any = None,
+    *rest: Any,
+    **kw: Any,
 ) -> dict:
     """What an npu_fusion_attention call asked for, against its query's shape (BNSD)."""
     scale = kw.get("scale", rest[5] if len(rest) > 5 else 1.0)
     return {
-        "head_num": head_num, "input_layout": input_layout, "scale": float(scale),
-        "q_shape": list(query.shape), "has_mask": kw.get("atten_mask", rest[3] if len(rest) > 3 else None) is not None,
+        "head_num": head_num,
+        "input_layout": input_layout,
+        "scale": float(scale),
+        "q_shape": list(query.shape),
+        "has_mask": kw.get("atten_mask", rest[3] if len(rest) > 3 else None) is not None,
     }
 
 
@@ -139,8 +147,17 @@ def _unit_cases(case_seed: int) -> dict[str, Any]:
         if c.bias is not None:
             c.bias.data = torch.randn(c.bias.shape, generator=g)
     xc = torch.randn(3, dim, 4, 5, generator=g)
-    return {"norm": norm, "x": x, "freqs": freqs, "q_rope": q_rope, "qkv": (q, k, v), "mask": mask,
-            "convs": convs, "xc": xc, "shape": {"heads": heads, "head_dim": d, "eps": eps}}
+    return {
+        "norm": norm,
+        "x": x,
+        "freqs": freqs,
+        "q_rope": q_rope,
+        "qkv": (q, k, v),
+        "mask": mask,
+        "convs": convs,
+        "xc": xc,
+        "shape": {"heads": heads, "head_dim": d, "eps": eps},
+    }
 
 
 def _launches(fn: Any, *args: Any) -> tuple[Any, int]:
@@ -172,7 +189,15 @@ def fused_ops(prompt: str, seed: int, case_seed: int) -> dict:
         "conv1x1": layers.PointwiseConv2d.forward,
     }
     c = _unit_cases(case_seed)
-    norm, x, freqs, qr, (q, k, v), mask, xc = c["norm"], c["x"], c["freqs"], c["q_rope"], c["qkv"], c["mask"], c["xc"]
+    norm, x, freqs, qr, (q, k, v), mask, xc = (
+        c["norm"],
+        c["x"],
+        c["freqs"],
+        c["q_rope"],
+        c["qkv"],
+        c["mask"],
+        c["xc"],
+    )
     units: dict[str, float] = {}
     launches: dict[str, int] = {}
     dtypes: dict[str, list[str]] = {}
@@ -281,7 +306,9 @@ def scale_rule_cases(case_seed: int) -> torch.Tensor:
     ]
     rows += list(torch.randn(8, 32, generator=g) * torch.logspace(-2, 2, 8)[:, None])
     r = torch.Generator().manual_seed(case_seed)
-    rows += list(torch.randn(12, 32, generator=r) * torch.exp2(torch.randint(-12, 12, (12, 1), generator=r).float()))
+    rows += list(
+        torch.randn(12, 32, generator=r) * torch.exp2(torch.randint(-12, 12, (12, 1), generator=r).float())
+    )
     return torch.stack(rows).reshape(8, 128)
 
 
@@ -381,8 +408,10 @@ class _ReferenceCalls:
         self.active = False
         self.calls: dict[str, int] = {}
         targets = [(lmx, n, f"labkit.mx.{n}") for n in self.NAMES]
-        targets += [(npu, "npu_dynamic_mx_quant", "labkit.npu.npu_dynamic_mx_quant"),
-                    (npu_quant, "npu_dynamic_mx_quant", "labkit.npu.npu_dynamic_mx_quant")]
+        targets += [
+            (npu, "npu_dynamic_mx_quant", "labkit.npu.npu_dynamic_mx_quant"),
+            (npu_quant, "npu_dynamic_mx_quant", "labkit.npu.npu_dynamic_mx_quant"),
+        ]
         for owner, name, label in targets:
             fn = getattr(owner, name)
 

@@ -131,7 +131,18 @@ def mismatch(a: dict, prompt: str) -> str | None:
     return None
 
 
-__all__ = ["COLOURS", "DIRECTIONS", "analyse", "checker_prompt", "run_rng", "describe", "mismatch", "probe_mp4", "run_harness", "sha256"]
+__all__ = [
+    "COLOURS",
+    "DIRECTIONS",
+    "analyse",
+    "checker_prompt",
+    "run_rng",
+    "describe",
+    "mismatch",
+    "probe_mp4",
+    "run_harness",
+    "sha256",
+]
 
 
 def run_harness(func: str, attendee_file: str, *args: object, timeout: float = 50) -> dict:

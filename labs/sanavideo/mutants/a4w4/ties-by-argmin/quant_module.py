@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE / "TinySana"))  # the patched tree from step 1
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from labkit import mx  # noqa: E402
+from labkit import mx  # noqa: E402,F401
 from torch import nn  # noqa: E402
 
 BLOCK = 32

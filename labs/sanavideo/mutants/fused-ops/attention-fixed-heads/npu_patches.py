@@ -35,7 +35,14 @@ def softmax_attention(
 ) -> torch.Tensor:
     """Attention -> npu_fusion_attention in BNSD layout (bool mask, True = masked out)."""
     return npu_fusion_attention(
-        q, k, v, 2, "BNSD", atten_mask=mask, scale=32 ** -0.5, keep_prob=1.0  # TinySana: 2 heads of 32
+        q,
+        k,
+        v,
+        2,
+        "BNSD",
+        atten_mask=mask,
+        scale=32**-0.5,
+        keep_prob=1.0,  # TinySana: 2 heads of 32
     )[0]
 
 
