@@ -81,9 +81,11 @@ def check() -> tuple[str, dict]:
             raise Failure(
                 msg(
                     'apply_rotary_emb uses rotary_mode="half": it rotates x[i] with x[i + D/2], but '
-                    "TinySana (like SANA-Video) rotates neighbouring pairs (x[2i], x[2i+1]).",
+                    "TinySana (like SANA-Video) rotates neighbouring pairs (x[2i], x[2i+1]): that is "
+                    'rotary_mode="interleave".',
                     'apply_rotary_emb 使用了 rotary_mode="half"：它把 x[i] 与 x[i + D/2] 配对旋转，'
-                    "而 TinySana（与 SANA-Video 一样）旋转相邻的一对 (x[2i], x[2i+1])。",
+                    "而 TinySana（与 SANA-Video 一样）旋转相邻的一对 (x[2i], x[2i+1])："
+                    '对应 rotary_mode="interleave"。',
                 ),
                 [
                     msg(
