@@ -8,6 +8,8 @@ can tell whether a video matches its prompt.
 from __future__ import annotations
 
 import hashlib
+import os
+import random
 import sys
 from pathlib import Path
 
@@ -24,7 +26,22 @@ PROMPT = "a red circle moving right"  # the prompt step 1 asks for
 if str(UPSTREAM) not in sys.path:
     sys.path.insert(0, str(UPSTREAM))
 
-from tinysana.prompts import COLOURS, DIRECTIONS, parse  # noqa: E402
+from tinysana.prompts import COLOURS, DIRECTIONS, all_prompts, parse  # noqa: E402
+
+
+def run_rng(step: str) -> random.Random:
+    """Choices the attendee cannot have seen: seeded by the run (``LAB_RUN_ID``, fresh for every
+    check run and hidden from attendee code) and the step."""
+    run = os.environ.get("LAB_RUN_ID") or "local"
+    return random.Random(hashlib.sha256(f"sanavideo/{step}/{run}".encode()).digest())
+
+
+def checker_prompt(rng: random.Random) -> str:
+    """A prompt whose colour or direction differs from the default's (TinySana draws colour and
+    direction right for all 48 prompts at seed 0: training/evaluate.py), so a script that ignores
+    its prompt is seen."""
+    colour, _, direction = parse(PROMPT)
+    return rng.choice([p for p in all_prompts() if (parse(p)[0], parse(p)[2]) != (colour, direction)])
 
 
 def sha256(path: Path) -> str:
@@ -114,7 +131,18 @@ def mismatch(a: dict, prompt: str) -> str | None:
     return None
 
 
-__all__ = ["COLOURS", "DIRECTIONS", "analyse", "describe", "mismatch", "probe_mp4", "run_harness", "sha256"]
+__all__ = [
+    "COLOURS",
+    "DIRECTIONS",
+    "analyse",
+    "checker_prompt",
+    "run_rng",
+    "describe",
+    "mismatch",
+    "probe_mp4",
+    "run_harness",
+    "sha256",
+]
 
 
 def run_harness(func: str, attendee_file: str, *args: object, timeout: float = 50) -> dict:

@@ -36,15 +36,17 @@ rm -rf "$TREE"
 cp -r "$SRC" "$TREE"
 
 echo "[3/5] npu.patch"
-# TODO (step 1): apply npu.patch inside $TREE, e.g. (cd "$TREE" && git apply --verbose ../npu.patch)
-#   The patch was written for TinySana 0.1.0 and one hunk no longer applies to 0.1.1:
-#   find out which (git apply --reject, or patch -p1), then fix npu.patch so it applies cleanly.
+# TODO (step 1): apply npu.patch to $TREE, and stop if it does not apply cleanly: a half-patched
+#   tree still targets CUDA. The patch was written for TinySana 0.1.0 and one hunk no longer
+#   applies to 0.1.1: find out which and why, then fix npu.patch itself (the next run starts from
+#   a fresh copy of upstream, so a fix made by hand in $TREE is lost).
 echo "TODO: apply npu.patch (see the comment above this line)" >&2
 exit 1
 
 echo "[4/5] weights"
-# TODO (step 1): copy $WEIGHTS to $TREE/checkpoints/tinysana.safetensors and verify it against
-#   weights/tinysana.safetensors.sha256 (sha256sum --check).
+# TODO (step 1): put the weights where inference.py looks for them, and make sure they are the
+#   published ones (weights/tinysana.safetensors.sha256): a damaged download must stop the script
+#   here, not produce a wrong video.
 
 echo "[5/5] inference: \"$PROMPT\" -> $OUT"
 "$PY" "$TREE/scripts/inference.py" --prompt "$PROMPT" --out "$OUT"

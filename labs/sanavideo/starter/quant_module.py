@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE / "TinySana"))  # the patched tree from step 1
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from labkit import mx  # noqa: E402,F401  (mx.encode_e2m1, mx.decode_e2m1)
+from labkit import mx  # noqa: E402,F401  (the E2M1 grid: mx.encode_e2m1, mx.decode_e2m1)
 from torch import nn  # noqa: E402
 
 BLOCK = 32
@@ -32,13 +32,10 @@ def mx_quantize_dequantize(x: torch.Tensor, fmt: str) -> torch.Tensor:
     OCP / CANN DynamicMxQuant rule: shared_exp = floor(log2(amax)) - emax, scale = 2**shared_exp,
     element = cast(x / scale) rounded to nearest even and saturated at the format's max.
     """
-    # TODO (step 3):
-    #   1. view x as blocks of 32 along the last dim: (..., K // 32, 32)
-    #   2. amax of each block; shared_exp = floor(log2(amax)) - EMAX[fmt]; scale = 2 ** shared_exp
-    #      (exact for every float: torch.frexp(amax) gives amax = m * 2**e with 0.5 <= m < 1)
-    #   3. elements = x / scale, saturated to +-ELEMENT_MAX[fmt], rounded onto the format's grid:
-    #      mxfp4: mx.decode_e2m1(mx.encode_e2m1(v)); mxfp8: v.to(torch.float8_e4m3fn).float()
-    #   4. return elements * scale, in x's shape and dtype
+    # TODO (step 3): the scale rule above, block by block. Things to get right: floor(log2(amax))
+    #   must be exact for every float (log2 of a float rounds: is there an exact way to read the
+    #   exponent?), an all-zero block, values of x / scale beyond the element maximum, and ties on
+    #   the element grid (to even). The result keeps x's shape and dtype.
     raise NotImplementedError("TODO (step 3): mx_quantize_dequantize")
 
 
