@@ -42,6 +42,19 @@ class Event(SQLModel, table=True):
     # pacing: {lab_id: number of unlocked steps}; a lab absent from the map is fully unlocked
     pace: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     selfpaced: bool = False
+    # joining needs a personal code (a Seat) instead of the event code
+    seats_only: bool = False
+    created_at: dt.datetime = Field(default_factory=_now)
+
+
+class Seat(SQLModel, table=True):
+    """A personal join code: used once, by one attendee (services/seats.py). Only its hash is kept."""
+
+    __tablename__ = "seats"
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="events.id", index=True)
+    code_hash: str = Field(index=True, unique=True, max_length=64)
+    attendee_id: int | None = Field(default=None, index=True)
     created_at: dt.datetime = Field(default_factory=_now)
 
 

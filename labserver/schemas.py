@@ -95,6 +95,7 @@ class EventPublic(_Out):
     selfpaced: bool
     attendees: int = 0
     warm_pool: int | None = None  # None: the server's LABSERVER_DOCKER__WARM_POOL
+    seats_only: bool = False  # joining needs a personal code (services/seats.py)
 
     @classmethod
     def of(cls, event: Event, attendees: int = 0) -> EventPublic:
@@ -110,10 +111,20 @@ class EventPublic(_Out):
             backend=event.backend,
             image=event.image,
             warm_pool=event.warm_pool,
+            seats_only=event.seats_only,
             pace=dict(event.pace),
             selfpaced=event.selfpaced,
             attendees=attendees,
         )
+
+
+class SeatsPublic(_Out):
+    """Personal join codes of an event: how many were made and used; ``codes`` only in the answer
+    that made them (they are stored hashed and never shown again)."""
+
+    total: int
+    used: int
+    codes: list[str] = []
 
 
 class AnnouncementPublic(_Out):

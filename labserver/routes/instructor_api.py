@@ -36,13 +36,14 @@ from labserver.schemas import (
     PacePublic,
     ResetPublic,
     RevealPublic,
+    SeatsPublic,
     StopAllPublic,
     StuckPublic,
     SummaryPublic,
     json_file,
     media,
 )
-from labserver.services import checking, env_admin, event_admin, help, room
+from labserver.services import checking, env_admin, event_admin, help, room, seats
 from labserver.services.completion_chart import chart_svg
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs, get_row, reset_lab
@@ -75,6 +76,11 @@ class EventPatch(BaseModel):
     warm_pool: int | None = (
         None  # ready environments for the event (expected head count); null = server default
     )
+    seats_only: bool | None = None  # joining needs a personal code
+
+
+class SeatsIn(BaseModel):
+    count: int = Field(ge=1, le=seats.MAX_SEATS_PER_CALL)
 
 
 class StatusIn(BaseModel):
@@ -168,6 +174,23 @@ def edit_event(event_id: DbId, body: EventPatch, ctx: Ctx, session: SessionDep) 
     except EventError as exc:
         raise _bad(exc) from exc
     return EventPublic.of(event)
+
+
+@router.get("/events/{event_id}/seats", response_model=SeatsPublic)
+def seat_counts(event_id: DbId, session: SessionDep) -> SeatsPublic:
+    """How many personal join codes the event has, and how many were used."""
+    get_event(session, event_id)
+    total, used = seats.counts(session, event_id)
+    return SeatsPublic(total=total, used=used)
+
+
+@router.post("/events/{event_id}/seats", response_model=SeatsPublic)
+def make_seats(event_id: DbId, body: SeatsIn, session: SessionDep) -> SeatsPublic:
+    """Make personal join codes (one attendee each); the codes are shown in this answer only."""
+    event = get_event(session, event_id)
+    codes = seats.issue(session, event, body.count)
+    total, used = seats.counts(session, event_id)
+    return SeatsPublic(total=total, used=used, codes=codes)
 
 
 @router.post("/events/{event_id}/status", response_model=EventPublic, responses=BAD)

@@ -31,7 +31,7 @@ from labserver.routes.deps import (
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.routes.pages import base_context, render_page, safe_next
 from labserver.schemas import EnvironmentPublic, EventPublic
-from labserver.services import event_admin
+from labserver.services import event_admin, seats
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs, get_row
 from labserver.services.event_admin import EventError
@@ -301,9 +301,12 @@ def dashboard_context(request: Request, ctx: AppContext, session: Session, me: s
             }
         )
     count = event_admin.attendee_count(session, event_id)
+    seats_total, seats_used = seats.counts(session, event_id)
     return {
         **base,
         "ev": EventPublic.of(event, count).model_dump(),
+        "seats_total": seats_total,
+        "seats_used": seats_used,
         "labs": labs,
         "config": {"event": event.id, "lang": lang, "me": me},
     }

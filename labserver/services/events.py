@@ -1,4 +1,5 @@
-"""Events and attendees: the default event, joining, tokens."""
+"""Events and attendees: the default event, joining (with the event code, or a personal code:
+:mod:`labserver.services.seats`), tokens."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import hashlib
 import re
 import secrets
 
+from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from labserver import clock
-from labserver.models import Attendee, Event, EventStatus
+from labserver.models import Attendee, Event, EventStatus, Seat
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
+SEAT_CODE_LENGTH = 10  # a personal code (services/seats.py); event codes are shorter
 
 
 class JoinError(Exception):
@@ -74,6 +77,29 @@ def find_event_by_code(session: Session, code: str) -> Event | None:
     return session.exec(select(Event).where(Event.code == normalize_code(code))).first()
 
 
+def seat_hash(code: str) -> str:
+    return hash_token("seat:" + normalize_code(code))
+
+
+def find_seat(session: Session, code: str) -> Seat | None:
+    """The personal code (seat) a typed code names, in any event, or None."""
+    if len(normalize_code(code)) != SEAT_CODE_LENGTH:
+        return None
+    return session.exec(select(Seat).where(Seat.code_hash == seat_hash(code))).first()
+
+
+def _claim_seat(session: Session, seat: Seat, attendee_id: int) -> bool:
+    """Bind ``seat`` to ``attendee_id`` unless another attendee got it first (one conditional
+    UPDATE: atomic on SQLite and PostgreSQL); commits."""
+    result = session.execute(
+        update(Seat)
+        .where(col(Seat.id) == seat.id, col(Seat.attendee_id).is_(None))
+        .values(attendee_id=attendee_id)
+    )
+    session.commit()
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
 def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tuple[Attendee, str, Event]:
     """Join an event; returns (attendee, token, event). Joining again with the same name from a new
     browser is refused (the name is taken) — an attendee who lost their cookie asks the instructor."""
@@ -83,6 +109,20 @@ def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tup
     if len(name) > 80:
         raise JoinError("That name is too long (80 characters at most).", code="name-too-long")
     event = find_event_by_code(session, event_code) if event_code.strip() else None
+    seat = None if event is not None or not event_code.strip() else find_seat(session, event_code)
+    if seat is not None:
+        if seat.attendee_id is not None:
+            raise JoinError(
+                "This personal code has already been used. Each code admits one person: ask the instructor for a new one.",
+                code="seat-used",
+            )
+        event = session.get(Event, seat.event_id)
+    elif event is not None and event.seats_only:
+        raise JoinError(
+            "This event admits attendees with a personal code: type the code on your slip "
+            "(ten letters and digits) instead of the event code. No slip? Ask the instructor.",
+            code="seat-required",
+        )
     if event is None:
         raise JoinError(
             "No event has this code. Check the code on the screen (letters and digits, "
@@ -105,6 +145,14 @@ def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tup
     session.add(attendee)
     session.commit()
     session.refresh(attendee)
+    if seat is not None and not _claim_seat(session, seat, attendee.id or 0):
+        # another browser took this code a moment ago (thirty tabs, one slip): that one is in
+        session.delete(attendee)
+        session.commit()
+        raise JoinError(
+            "This personal code has already been used. Each code admits one person: ask the instructor for a new one.",
+            code="seat-used",
+        )
     if event.capacity and _admitted_before(session, attendee) > event.capacity:
         # joins racing past the count above: the ones with the larger ids step back (issue 13 item 6)
         session.delete(attendee)

@@ -371,6 +371,31 @@
           (failed ? ' ' + fmt(S.not_stopped_n, { n: failed }) : '');
       } catch (e) { $('#environments-status').textContent = S.failed + ' ' + e.message; }
     });
+    // -- personal join codes (services/seats.py) ---------------------------------------------------
+    const showSeats = (c) => { $('#seats-count').textContent = c.used + ' / ' + c.total; };
+    $('#seats-form').addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      try {
+        const res = await api('POST', '/api/v1/events/' + eventId + '/seats', { count: Number($('#seats-n').value) });
+        const box = $('#seats-codes');
+        box.value = (box.value ? box.value + '\n' : '') + res.codes.join('\n');
+        box.hidden = false;
+        box.select();
+        showSeats(res);
+        $('#seats-status').textContent = fmt(S.seats_made, { n: res.codes.length });
+      } catch (e) { $('#seats-status').textContent = S.failed + ' ' + e.message; }
+    });
+    $('#seats-only').addEventListener('change', async (ev) => {
+      try {
+        await api('PATCH', '/api/v1/events/' + eventId, { seats_only: ev.target.checked });
+        $('#seats-status').textContent = S.saved;
+      } catch (e) {
+        ev.target.checked = !ev.target.checked;
+        $('#seats-status').textContent = S.failed + ' ' + e.message;
+      }
+    });
+    setInterval(async () => { try { showSeats(await api('GET', '/api/v1/events/' + eventId + '/seats')); } catch (e) { /* next time */ } }, 15000);
+
     const admission = $('#admission-form');
     const showAdmission = (a) => {
       if (document.activeElement !== admission.limit) admission.limit.value = a.limit;
