@@ -11,8 +11,9 @@ shell says "No space left on device"; the editor answers 507 with the size).
 Needs: the engine on this machine (``unix://`` socket; a remote node's images would live on that
 node), a root server (``losetup``, ``mkfs.ext4``), free loop devices. Otherwise, or with
 ``workspace_mb = 0``, volumes are plain (no limit) and :func:`why_not` says why at start. After a
-reboot of the host the loop devices are gone and such a container cannot start until its image is
-attached again (not automatic yet: docs/backends.md)."""
+reboot of the host the loop devices are gone: before a stopped container starts again,
+:func:`reattach` attaches its image to the very device the volume names (a volume's options cannot
+change), so the workspace comes back with everything in it."""
 
 from __future__ import annotations
 
@@ -70,6 +71,27 @@ def prepare(disks_dir: Path, volume: str, size_mb: int) -> dict[str, str]:
         tmp.rename(image)
     device = attached_device(image) or _run("losetup", "-f", "--show", str(image))
     return {"type": "ext4", "device": device}
+
+
+def reattach(disks_dir: Path, volume: str, device: str) -> bool:
+    """Attach ``volume``'s image to ``device`` again when it is not (after a host reboot, or a
+    ``losetup -d`` by hand); True when it had to. Raises :class:`OSError` saying why it cannot
+    (the device holds another file now, or the image is gone)."""
+    image = image_path(disks_dir, volume)
+    if not image.exists():
+        raise OSError(f"the workspace image {image} is missing")
+    current = attached_device(image)
+    if current == device:
+        return False
+    if current:
+        raise OSError(f"{image} is attached to {current}, but its volume names {device}")
+    if not Path(device).exists():  # loop nodes beyond the first few appear only when asked for
+        _run("losetup", "-f")  # nudges loop-control; mknod is the fallback
+        if not Path(device).exists():
+            number = int(device.removeprefix("/dev/loop"))
+            os.mknod(device, 0o660 | 0o060000, os.makedev(7, number))
+    _run("losetup", device, str(image))
+    return True
 
 
 def release(disks_dir: Path, volume: str) -> None:

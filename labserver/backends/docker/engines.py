@@ -371,6 +371,30 @@ class Engines:
         except OSError as exc:
             log.warning("could not release the image of %s: %s", volume, exc)
 
+    async def _reattach_workspace(self, client: docker.DockerClient, container: Any) -> None:
+        """A size-limited workspace whose loop device is gone (host reboot) is attached again to
+        the device its volume names, before the container starts (disk.py)."""
+        if self.disks_dir is None:
+            return
+        for mount in container.attrs.get("Mounts") or []:
+            name = mount.get("Name") or ""
+            if mount.get("Type") != "volume" or not disk.image_path(self.disks_dir, name).exists():
+                continue
+            volume = await self.run(client.volumes.get, name)
+            device = ((volume.attrs or {}).get("Options") or {}).get("device", "")
+            if not device:
+                continue
+            try:
+                if await asyncio.to_thread(disk.reattach, self.disks_dir, name, device):
+                    log.info("workspace %s attached again to %s", name, device)
+            except OSError as exc:
+                raise ProvisionError(
+                    "Your workspace's disk could not be attached again. Ask the instructor "
+                    "(the files are safe in the workspace image).",
+                    reason="disk",
+                    log=str(exc),
+                ) from exc
+
     async def bring_up(
         self, container: Any, node: str, labs: Sequence[LabSeed], say: ProgressCallback = _quiet
     ) -> Any:
@@ -378,6 +402,7 @@ class Engines:
         folder is missing; returns the container (reloaded)."""
         client = self.client(node)
         if container.status != "running":
+            await self._reattach_workspace(client, container)
             await say("starting", "Starting your container")
             async with self.slot(node):
                 await self.run(container.start)

@@ -84,3 +84,34 @@ def test_a_huge_sparse_file_is_refused_after_a_stat(docker_backend: DockerBacken
             await docker_backend.destroy(ref)
 
     asyncio.run(go())
+
+
+def test_a_limited_workspace_comes_back_after_its_loop_device_is_gone(
+    tmp_path: Any, cpu_emu_image: str, make_spec: Any
+) -> None:
+    """A host reboot detaches every loop device: the stopped container's volume names a device
+    that holds nothing. Starting the environment attaches its image to that device again, and the
+    attendee's files are there (before: the start failed with the engine's mount error)."""
+    docker = DockerSettings(image=cpu_emu_image, workspace_mb=LIMIT_MB)
+    settings = Settings(data_dir=tmp_path / "data", docker=docker)
+    backend = DockerBackend(settings)
+    spec = make_spec()
+
+    async def go() -> None:
+        ref = await backend.create(spec)
+        try:
+            await backend.write_file(ref, "lab1/kept.txt", b"still here\n")
+            image = disk.image_path(settings.data_dir / "disks", backend._state(ref).volume)
+            device = disk.attached_device(image)
+            assert device.startswith("/dev/loop"), device
+            await backend.stop(ref)
+            subprocess.run(["losetup", "-d", device], check=True)  # what a reboot does
+            assert disk.attached_device(image) == ""
+            ref = await backend.create(spec)
+            assert disk.attached_device(image) == device
+            assert await backend.read_file(ref, "lab1/kept.txt") == b"still here\n"
+        finally:
+            await backend.destroy(ref)
+            await backend.aclose()
+
+    asyncio.run(go())
