@@ -88,10 +88,10 @@ def main() -> None:
 
     def prefill_ms(n: int, stream: bool) -> float:
         ids = [tok.encode(make_prompt("music", n, 1))]
-        ov = {
+        ov = {  # as bench_prefill.py: the deployment of steps 3 and 4 (hot-set swap included)
             **base,
-            "KT_SIDE_STREAM": 0,
-            "KT_DYNAMIC_RESIDENT": 0,
+            "KT_SIDE_STREAM": 1,
+            "KT_DYNAMIC_RESIDENT": 1,
             "KT_PREFILL_STREAM": int(stream),
             "KT_PREFILL_STREAM_THRESHOLD": 1,
         }

@@ -1,7 +1,7 @@
 """dsv4-offload: the toy DeepSeek-V4-Flash's formats and proportions (fast unit tests).
 
-The checkers themselves are exercised by ``test_all_labs.py`` (selftest) and
-``test_dsv4_offload_fixtures.py`` (wrong solutions).
+The checkers themselves are exercised by ``test_all_labs.py``: the selftest runs the solution and
+every wrong solution in ``labs/dsv4-offload/mutants/`` (each must fail its step with its phrase).
 """
 
 from __future__ import annotations
@@ -181,3 +181,59 @@ def test_expert_popularity_depends_on_the_prompt() -> None:
     other = counts["finance"][top_space].sum() / counts["finance"].sum()
     first32 = counts["space"][:32].sum() / counts["space"].sum()
     assert own > 0.35 and other < 0.75 * own and first32 < own / 3, (own, other, first32)
+
+
+def _dsv4check():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(LAB / "checks"))
+    import dsv4check
+
+    return dsv4check
+
+
+def test_the_mistakes_the_issue_names_are_mutants() -> None:
+    """The wrong solutions that used to be test fixtures, and the ordering mistake of issue #15."""
+    names = {p.parent.relative_to(LAB / "mutants").as_posix() for p in (LAB / "mutants").rglob("mutant.yaml")}
+    assert {
+        "static-placement/wrong-nibble-order",
+        "static-placement/wrong-expert-weights",
+        "static-placement/repack-by-requantizing",
+        "dynamic-residency/load-before-evict",
+        "dynamic-residency/hot-set-of-another-layer",
+        "overlap/cpu-work-on-main-stream",
+        "overlap/no-wait-before-combine",
+        "report/figure-from-the-talk",
+        "report/no-clamp",
+        "streaming-prefill/bench-another-config",
+    } <= names
+
+
+def test_a_combine_before_the_side_stream_ends_is_a_race() -> None:
+    dc = _dsv4check()
+    cpu = [
+        ("d2h:activations", "cpu", 1.0, 1.5),
+        ("cpu_expert_mxfp4_q8_0", "cpu", 1.5, 9.0),
+        ("h2d:activations", "cpu", 9.0, 9.5),
+    ]
+    card = [("shared_expert.gate_up", "main", 1.0, 2.0), ("routed_expert.down", "main", 2.0, 3.0)]
+    waited = [
+        ("router", "main", 0.0, 1.0),
+        *cpu,
+        *card,
+        ("moe_combine", "main", 9.5, 9.6),
+        ("rms_norm", "main", 9.6, 9.7),
+    ]
+    assert dc.first_race(waited) is None
+    racing = [("router", "main", 0.0, 1.0), *cpu, *card, ("moe_combine", "main", 3.0, 3.1)]
+    op, early, index = dc.first_race(racing)
+    assert (op, index) == ("moe_combine", 1) and early == pytest.approx(6.5)
+    # the next layer's work may not start early either, combine or not
+    assert dc.first_race([*cpu, ("rms_norm", "main", 0.5, 0.6)])[0] == "rms_norm"
+
+
+def test_check_inputs_depend_on_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    dc = _dsv4check()
+    seeds = set()
+    for run in ("a", "b", "c", "d"):
+        monkeypatch.setenv("LAB_RUN_ID", run)
+        seeds.add(dc.run_seed("prompts"))
+    assert len(seeds) == 4

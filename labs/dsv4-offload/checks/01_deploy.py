@@ -38,6 +38,50 @@ def expected_tags(recipe: dict) -> dict[str, int]:
     }
 
 
+#: which recipe value each planned tag follows
+FOLLOWS = {
+    "hot_experts": "KT_NUM_GPU_EXPERTS",
+    "kv_cache": "CONTEXT_LENGTH",
+    "prefill_stream": "KT_PREFILL_STREAM_CHUNK",
+}
+FIX = msg(
+    "Fix plan_memory() in offload/plan.py, then run the planner again.",
+    "修改 offload/plan.py 的 plan_memory()，再运行规划器。",
+)
+
+
+def check_other_recipe() -> dict[str, int]:
+    """plan_memory() itself, on a recipe of this run (the defaults alone cannot tell a value taken
+    from the recipe from one typed in)."""
+    varied = {
+        "KT_NUM_GPU_EXPERTS": dc.run_choice("k", [16, 20, 24, 28]),
+        "CONTEXT_LENGTH": dc.run_choice("ctx", [256, 384, 512, 640]),
+        "KT_PREFILL_STREAM_CHUNK": dc.run_choice("chunk", [4, 8, 12]),
+    }
+    got = dc.harness("plan_tags", varied, call="offload/plan.py: plan_memory()", hint=FIX)
+    want = expected_tags(varied)
+    for tag, n in want.items():
+        if not isinstance(got, dict) or got.get(tag) != n:
+            value = got.get(tag) if isinstance(got, dict) else got
+            param = FOLLOWS.get(tag)
+            why = (
+                msg(
+                    f" It must follow {param} = {varied[param]} of the recipe (the default is 32, 768 or 16), not a fixed number.",
+                    f" 它必须随配方中的 {param} = {varied[param]} 变化（默认值为 32、768 或 16），而不是一个固定的数。",
+                )
+                if param
+                else ""
+            )
+            raise Failure(
+                msg(
+                    f"plan_memory() with {varied}: tag {tag!r} is {value} bytes, the checker computes {n}.{why}",
+                    f"plan_memory() 在 {varied} 下：{tag!r} 为 {value} 字节，检查器算出 {n}。{why}",
+                ),
+                [FIX],
+            )
+    return varied
+
+
 def check() -> tuple[str, dict[str, float]]:
     plan = dc.read_json("plan.json", RUN)
     full = plan.get("full_model") or {}
@@ -93,13 +137,9 @@ def check() -> tuple[str, dict[str, float]]:
                     f"plan.json: tag {tag!r} is {got} bytes, the checker computes {n}. {why}",
                     f"plan.json：{tag!r} 为 {got} 字节，检查器算出 {n}。{why}",
                 ),
-                [
-                    msg(
-                        "Fix plan_memory() in offload/plan.py, then run the planner again.",
-                        "修改 offload/plan.py 的 plan_memory()，再运行规划器。",
-                    )
-                ],
+                [FIX],
             )
+    check_other_recipe()
     capacity = int(plan.get("capacity_bytes", 0))
     total = sum(want.values())
     expect(

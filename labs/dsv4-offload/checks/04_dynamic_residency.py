@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the
 
 import dsv4check as dc  # noqa: E402
 import torch  # noqa: E402
-from labkit.check import Failure, main, msg, run_function  # noqa: E402
+from labkit.check import Failure, describe_error, main, msg, run_function  # noqa: E402
 
 K = 32
 BASE = {"KT_NUM_GPU_EXPERTS": K, "KT_SIDE_STREAM": 0, "KT_PREFILL_STREAM": 0}
@@ -37,18 +37,30 @@ def wrong_layer(layer: int, hot: list[int], counts: torch.Tensor) -> str:
 
 def check_functions() -> None:
     cfg = dc.ckpt().cfg
-    g = torch.Generator().manual_seed(5)
+    g = torch.Generator().manual_seed(dc.run_seed("routing"))
     routing = []
     for _ in range(3):  # three calls per layer (e.g. chunks), skewed differently per layer
         for layer in range(cfg.n_layers):
             probs = torch.rand(cfg.n_routed_experts, generator=g) ** (6 + 2 * layer)
+            probs[-3:] = 0.0  # the last experts are never chosen: the counts still have n_experts columns
             routing.append(
                 (layer, torch.multinomial(probs, 6 * 20, replacement=True, generator=g).view(20, 6))
             )
     want = dc.counts_of(routing, cfg.n_layers, cfg.n_routed_experts)
-    got = run_function(
+    res = run_function(
         "offload/residency.py", "count_activations", routing, cfg.n_layers, cfg.n_routed_experts, timeout=60
-    ).unwrap(HINT_RES)
+    )
+    if res.error is not None:
+        raise Failure(
+            describe_error(res.call, res.error, res.stderr)
+            + msg(
+                "\nIn this routing the last 3 experts of every layer are never chosen: a layer's row of counts still has "
+                "n_experts columns (zeros for the experts nobody chose).",
+                "\n这组路由中每层最后 3 个专家从未被选中：每层的计数行仍然要有 n_experts 列（没被选中的专家计 0）。",
+            ),
+            [HINT_RES],
+        )
+    got = res.value
     if (
         not isinstance(got, torch.Tensor)
         or tuple(got.shape) != tuple(want.shape)
@@ -62,24 +74,35 @@ def check_functions() -> None:
             and got.shape == want.shape
             and not torch.equal(got[j].long(), want[j])
         ]
+        short = bool(bad) and all(int(got[j].sum()) < int(want[j].sum()) for j in bad)
         raise Failure(
             msg(
                 f"count_activations() is wrong: expected int [n_layers, n_experts] = {tuple(want.shape)} with each layer's own counts"
-                f"{f'; layers {bad} differ' if bad else ''}.",
+                f"{f'; layers {bad} differ' if bad else ''}"
+                f"{' and count fewer slots than were routed: every MoE call of a layer (here 3 per layer) adds to its row' if short else ''}.",
                 f"count_activations() 不正确：应返回 [n_layers, n_experts] = {tuple(want.shape)}，每层是自己的计数"
-                f"{f'；第 {bad} 层不一致' if bad else ''}。",
+                f"{f'；第 {bad} 层不一致' if bad else ''}"
+                f"{'，且计数少于实际路由的槽数：同一层的每次 MoE 调用（这里每层 3 次）都要累加到该层' if short else ''}。",
             ),
             [HINT_RES],
         )
-    hot = run_function("offload/residency.py", "choose_hot_set", want, K, timeout=60).unwrap(HINT_RES)
-    if not isinstance(hot, torch.Tensor) or tuple(hot.shape) != (cfg.n_layers, K):
+    k = dc.run_choice("k", [20, 24, 28])  # not the recipe's 32: k is a parameter
+    hot = run_function("offload/residency.py", "choose_hot_set", want, k, timeout=60).unwrap(HINT_RES)
+    if not isinstance(hot, torch.Tensor) or tuple(hot.shape) != (cfg.n_layers, k):
         raise Failure(
             msg(
-                f"choose_hot_set() must return [n_layers, K] = {(cfg.n_layers, K)} expert ids; got {getattr(hot, 'shape', type(hot).__name__)}.",
-                f"choose_hot_set() 必须返回 [n_layers, K] = {(cfg.n_layers, K)} 的专家编号；实际 {getattr(hot, 'shape', type(hot).__name__)}。",
+                f"choose_hot_set(counts, k={k}) must return [n_layers, k] = {(cfg.n_layers, k)} expert ids; got "
+                f"{getattr(hot, 'shape', type(hot).__name__)}. The hot set has k experts per layer, whatever k is.",
+                f"choose_hot_set(counts, k={k}) 必须返回 [n_layers, k] = {(cfg.n_layers, k)} 的专家编号；实际 "
+                f"{getattr(hot, 'shape', type(hot).__name__)}。每层的热集合有 k 个专家，k 取什么值都一样。",
             ),
             [HINT_RES],
         )
+    check_hot_rows(hot, want, k)
+
+
+def check_hot_rows(hot: torch.Tensor, want: torch.Tensor, K: int) -> None:
+    cfg = dc.ckpt().cfg
     for layer in range(cfg.n_layers):
         ids = [int(e) for e in hot[layer]]
         best = float(want[layer].topk(K).values.sum()) / float(want[layer].sum())
@@ -99,7 +122,7 @@ def check_functions() -> None:
 def check() -> tuple[str, dict[str, float]]:
     check_functions()
     cfg = dc.ckpt().cfg
-    reqs = dc.requests(4, 96, 24, first=2)
+    reqs = dc.requests(4, 96, 24)
     ref, traces = dc.reference_logits(reqs, 96)
     static = dc.serve(reqs, 96, {**BASE, "KT_DYNAMIC_RESIDENT": 0}, HINT_SWAP, logits=False)
     dyn = dc.serve(reqs, 96, {**BASE, "KT_DYNAMIC_RESIDENT": 1}, HINT_SWAP)

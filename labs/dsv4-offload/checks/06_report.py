@@ -39,9 +39,68 @@ def number(section: dict, key: str, where: str) -> float:
         ) from exc
 
 
+#: where cpu_moe_wall(H) = 24.8 (1 - H) ms equals the 4.8 ms that hide behind the card: above it the
+#: clamp binds and TPOT(H) is flat at 36.4 ms
+KINK = 1 - 4.8 / 24.8
+
+
+def check_talk_model() -> None:
+    """talk_tpot_ms() on both branches of max(0, ...), on the kink itself and on H of this run: the
+    demo prompts' H (0.12 and 0.41) never reach the clamp."""
+    g = dc.run_seed("H")
+    hs = [0.0, 1.0, KINK, 0.9, 0.5 + (g % 300) / 1000, 0.81 + (g // 300 % 180) / 1000]
+    got = dc.harness(
+        "call_each", "make_report", "talk_tpot_ms", hs, call="make_report.py: talk_tpot_ms()", hint=RUN
+    )
+    for h, v in zip(hs, got, strict=True):
+        want = talk_tpot(h)
+        try:
+            ok = abs(float(v) - want) <= 1e-6 * want
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            shown = f"{v:.4f}" if isinstance(v, (int, float)) else repr(v)
+            where = (
+                msg(
+                    f"there 24.8 (1 - H) = {24.8 * (1 - h):.2f} ms is under the 4.8 ms that hide behind the card, so max(0, ...) is 0 and TPOT stays at 36.4 ms",
+                    f"此时 24.8 (1 - H) = {24.8 * (1 - h):.2f} ms 小于能隐藏在卡上计算之后的 4.8 ms，max(0, …) 为 0，TPOT 停在 36.4 ms",
+                )
+                if h >= KINK
+                else msg(
+                    f"there the CPU's {24.8 * (1 - h):.2f} ms exceed the hidden 4.8 ms",
+                    f"此时 CPU 的 {24.8 * (1 - h):.2f} ms 超过了能隐藏的 4.8 ms",
+                )
+            )
+            raise Failure(
+                msg(
+                    f"talk_tpot_ms({h:.4f}) returns {shown}, the talk's model gives 36.4 + max(0, 24.8 (1 - H) - 4.8) = {want:.4f} ms: {where}.",
+                    f"talk_tpot_ms({h:.4f}) 返回 {shown}，演讲的模型为 36.4 + max(0, 24.8 (1 - H) - 4.8) = {want:.4f} ms：{where}。",
+                ),
+                [RUN],
+            )
+
+
+def check_derived(rep: dict, name: str, h: float, tok_s: float) -> None:
+    tpot = talk_tpot(h)
+    sec = rep[name]
+    if "talk_tok_s" in sec:
+        got = number(sec, "talk_tok_s", name)
+        if abs(got - 1000 / tpot) > 1e-6 * (1000 / tpot):
+            raise Failure(
+                msg(
+                    f"report.json: {name}.talk_tok_s = {got:.3f}, but the talk's model at H = {h:.4f} gives 1000 / TPOT(H) = "
+                    f"{1000 / tpot:.3f} tok/s (not the emulated {tok_s:.3f}).",
+                    f"report.json：{name}.talk_tok_s = {got:.3f}，但演讲模型在 H = {h:.4f} 时为 1000 / TPOT(H) = "
+                    f"{1000 / tpot:.3f} tok/s（不是仿真得到的 {tok_s:.3f}）。",
+                ),
+                [RUN],
+            )
+
+
 def check() -> tuple[str, dict[str, float]]:
+    check_talk_model()
     rep = dc.read_json("report.json", RUN)
-    reqs = dc.requests(N_TOPICS, PREFILL, 32, seed=1)
+    reqs = dc.requests(N_TOPICS, PREFILL, 32, seed=1, first=0)  # the demo prompts of make_report.py
     metrics: dict[str, float] = {}
     measured = {}
     for name, overrides in CONFIGS.items():
@@ -79,6 +138,7 @@ def check() -> tuple[str, dict[str, float]]:
                 ),
                 [RUN],
             )
+        check_derived(rep, name, mine["H"], mine["decode_tok_s"])
         metrics.update(
             {
                 f"{name}_H": mine["H"],
@@ -98,13 +158,27 @@ def check() -> tuple[str, dict[str, float]]:
         )
     ratio = a["decode_tok_s"] / b["decode_tok_s"]
     metrics["decode_speedup"] = ratio
+    derived = {
+        "decode_speedup": ratio,
+        "talk_speedup": talk_tpot(b["hit_rate"]) / talk_tpot(a["hit_rate"]),
+        "H_ratio": a["hit_rate"] / b["hit_rate"],
+    }
+    for key, value in derived.items():
+        if key in rep and abs(number(rep, key, "report") - value) > 1e-4 * value:
+            raise Failure(
+                msg(
+                    f"report.json: {key} = {number(rep, key, 'report'):.4g}, but the runs give {value:.4g} (after / before).",
+                    f"report.json：{key} = {number(rep, key, 'report'):.4g}，但实际运行得到 {value:.4g}（after / before）。",
+                ),
+                [RUN],
+            )
     return (
         msg(
             f"Report verified. Decode {b['decode_tok_s']:.1f} -> {a['decode_tok_s']:.1f} tok/s ({ratio:.2f}x), TPOT {b['tpot_ms']:.1f} -> "
             f"{a['tpot_ms']:.1f} ms (emulated), H {b['hit_rate']:.3f} -> {a['hit_rate']:.3f}; the talk's model at these H: "
             f"{talk_tpot(b['hit_rate']):.1f} -> {talk_tpot(a['hit_rate']):.1f} ms.",
             f"报告已核实。解码 {b['decode_tok_s']:.1f} -> {a['decode_tok_s']:.1f} tok/s（{ratio:.2f} 倍），TPOT {b['tpot_ms']:.1f} -> "
-            f"{a['tpot_ms']:.1f} ms（模拟），H {b['hit_rate']:.3f} -> {a['hit_rate']:.3f}；演讲模型在这些 H 下："
+            f"{a['tpot_ms']:.1f} ms（仿真），H {b['hit_rate']:.3f} -> {a['hit_rate']:.3f}；演讲模型在这些 H 下："
             f"{talk_tpot(b['hit_rate']):.1f} -> {talk_tpot(a['hit_rate']):.1f} ms。",
         ),
         metrics,

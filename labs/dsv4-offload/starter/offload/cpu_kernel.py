@@ -30,11 +30,9 @@ def repack_mxfp4_to_gguf(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Te
     Returns uint8 ``[..., K/32, 17]``: byte 0 = the E8M0 scale, bytes 1..16 = ``qs`` with
     element ``j`` in the low nibble and element ``j+16`` in the high nibble of ``qs[j]``.
     """
-    # TODO (step 2): repack, moving bytes only (bit-exact).
-    #  1. unpack the checkpoint's consecutive nibbles: element 2i = low nibble of byte i, 2i+1 = high;
-    #  2. view the codes as 32-element blocks;
-    #  3. pack each block the GGUF way: qs[j] = code[j] | (code[j + 16] << 4), j = 0..15;
-    #  4. put the block's E8M0 scale byte in front: [scale, qs[0], ..., qs[15]] (17 bytes).
+    # TODO (step 2): repack, moving bytes only (bit-exact): every 4-bit code and every E8M0
+    # scale byte keeps its value, only its place changes (the two layouts are in the module
+    # docstring). Decoding to floats and quantizing again is not a repack: it can change bytes.
     raise NotImplementedError("step 2: repack_mxfp4_to_gguf")
 
 

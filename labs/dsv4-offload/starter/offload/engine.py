@@ -106,9 +106,9 @@ class OffloadEngine:
 
     def set_resident(self, hot: list[list[int]]) -> None:
         """Make ``hot[layer]`` the resident experts of every layer, never over the budget."""
-        # TODO (step 4): for every layer, evict (evict_expert) the resident experts that are not
-        # in hot[layer] FIRST, then load (load_expert) the missing ones: the card has no room
-        # for both sets at once.
+        # TODO (step 4): make hot[layer] the resident set of every layer, whatever was resident
+        # before (the previous request's hot set, not only the static first K). The card has no
+        # room for two hot sets at once: mind the order of the swap (evict_expert / load_expert).
         raise NotImplementedError("step 4: set_resident")
 
     # -- the MoE layer -----------------------------------------------------------------------
@@ -153,12 +153,11 @@ class OffloadEngine:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The cold experts on the CPU: copy the activations of the rows that need them to the
         host, run each cold expert there, copy the weighted sum back. Returns (rows, sum [rows, D])."""
-        # TODO (step 2):
-        #  1. rows = the tokens with at least one cold expert;
-        #  2. copy their activations to the host once (self.dev.to_host);
-        #  3. for each cold expert e: run self.cpu.expert(layer, e, x_rows) on the rows routed to it,
-        #     weight by their routing weights and add into a host buffer (index_add);
-        #  4. copy the sum back (self.dev.to_device) and return (rows, sum).
+        # TODO (step 2): the CPU's share of the layer. Only activations cross the link (a token's
+        # few hundred bytes, each way once), never expert weights; the CPU kernel
+        # (self.cpu.expert) computes each cold expert for the tokens routed to it, and each
+        # result counts with that token's routing weight. Tokens whose experts are all on the
+        # card have nothing to do here.
         raise NotImplementedError("step 2: cpu_part")
 
     def moe(self, layer: int, m: torch.Tensor) -> torch.Tensor:
@@ -166,22 +165,19 @@ class OffloadEngine:
         w, ids = self.route(layer, m)
         on_device = self.is_resident(layer, ids)
         self.record(layer, ids, on_device)
-        # TODO (step 2): the hot/cold split.
-        #  - cold = the routed slots whose expert is not resident;
-        #  - if any: cpu_out = self.cpu_part(layer, m, w, ids, cold)
-        #    (step 3: when self.recipe.KT_SIDE_STREAM, issue it inside `with self.s.stream("cpu"):`)
-        #  - out = the shared expert on the card:
-        #        self.dev.swiglu_expert(m, *self.layers[layer]["shared"], "shared_expert")
-        #  - out = self.device_part(layer, m, w, ids, on_device, out)
-        #  - (step 3: with the side stream, self.s.wait_stream("cpu") here, before using the CPU result)
-        #  - add the CPU rows: out = out.index_add(0, rows, y), and
-        #        self.dev.op("moe_combine", out.numel(), out.numel() * 6)
+        # TODO (step 2): the hot/cold split. Every routed slot runs where its expert lives: the
+        # resident ones and the shared expert on the card (device_part, dev.swiglu_expert with
+        # the layer's "shared" weights), the cold ones on the CPU (cpu_part); the layer's output
+        # is their sum (account the combine on the card: dev.op("moe_combine", ...)).
+        # TODO (step 3): with self.recipe.KT_SIDE_STREAM, the CPU part overlaps the card's own
+        # experts on a side stream (self.s.stream / self.s.wait_stream). What you issue first,
+        # and when the main stream may use the CPU result, decide whether the overlap is real.
         raise NotImplementedError("step 2: moe")
 
     # -- streaming prefill -------------------------------------------------------------------
     def use_streaming(self, n_tokens: int) -> bool:
         """Stream every expert through the device for this prefill? (``KT_PREFILL_STREAM``)"""
-        # TODO (step 5): True when KT_PREFILL_STREAM is on and n_tokens >= KT_PREFILL_STREAM_THRESHOLD.
+        # TODO (step 5): the recipe's switch and threshold (a prompt as long as the threshold streams).
         return False
 
     def stream_in(self, layer: int, group: list[int]) -> dict[int, tuple[W8, W8]]:
@@ -203,14 +199,11 @@ class OffloadEngine:
     def moe_streaming(self, layer: int, m: torch.Tensor) -> torch.Tensor:
         """Prefill MoE with every routed expert computed on the device: resident ones in place,
         the others streamed in ``KT_PREFILL_STREAM_CHUNK`` experts at a time."""
-        # TODO (step 5):
-        #  - route, is_resident, record as in moe(); shared expert + device_part() for the resident ones;
-        #  - cold = every expert of the layer that is not resident (all of them, used or not: the
-        #    recipe streams the whole layer);
-        #  - for each chunk of KT_PREFILL_STREAM_CHUNK cold experts: staged = self.stream_in(layer, chunk),
-        #    compute the rows routed to each expert of the chunk with
-        #    self.dev.swiglu_expert(m[rows], *staged[e], "streamed_expert") weighted by their routing
-        #    weights, then self.stream_out() before the next chunk (one staging buffer at a time).
+        # TODO (step 5): every expert of the layer computes on the card. The resident ones are
+        # there already; the recipe streams all the others (the whole layer, used by this prompt
+        # or not: a fixed cost that does not grow with the prompt) through one staging buffer
+        # of KT_PREFILL_STREAM_CHUNK experts (stream_in / stream_out), which must fit next to
+        # the KV cache (plan.json). Name the streamed experts' ops "streamed_expert".
         raise NotImplementedError("step 5: moe_streaming")
 
     # -- the model -----------------------------------------------------------------------------

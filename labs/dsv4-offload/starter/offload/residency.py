@@ -16,11 +16,12 @@ def count_activations(routing: list[tuple[int, torch.Tensor]], n_layers: int, n_
 
     Returns int64 ``[n_layers, n_experts]``: how many routed slots of each layer went to each expert.
     """
-    # TODO (step 4): one torch.bincount(..., minlength=n_experts) per MoE call, added to its layer's row.
+    # TODO (step 4): the recipe counts on the device (a bincount per layer). A layer may be called
+    # more than once in a prefill, and an expert nobody chose still has its column.
     raise NotImplementedError("step 4: count_activations")
 
 
 def choose_hot_set(counts: torch.Tensor, k: int) -> torch.Tensor:
     """Each layer's ``k`` most used experts: int64 ``[n_layers, k]`` (ids, any order)."""
-    # TODO (step 4): each layer's own top-k (torch.topk along the expert dimension).
+    # TODO (step 4): each layer's k most used experts, from that layer's own counts.
     raise NotImplementedError("step 4: choose_hot_set")
