@@ -37,7 +37,11 @@ typecheck: setup
 
 # SQLite here (the PostgreSQL pass below runs the database-facing tests again)
 unit: setup web
-	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e
+	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e --ignore=tests/labs
+
+# every lab's lint and self-test with its mutants, and the labs' own tests, on both cores
+labs: setup web
+	$(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=12 tests/labs
 
 # browser tests run in their own pytest process (Playwright's sync API and async tests clash)
 e2e: setup web
@@ -53,7 +57,7 @@ screenshots: setup web ## retake the documentation screenshots (docs/img/) with 
 	LABSERVER_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
 # every part runs even when an earlier one fails; the time of each and the total are printed last
-TEST_PARTS := lint typecheck unit e2e test-postgres
+TEST_PARTS := lint typecheck unit labs e2e test-postgres
 test: setup web ## ruff, mypy, pytest (unit, integration, browser, PostgreSQL), with the time each took
 	@start=$$(date +%s); failed=""; report=""; \
 	for part in $(TEST_PARTS); do \
