@@ -20,8 +20,21 @@ LAB_DIRS = sorted(p for p in (REPO / "labs").iterdir() if (p / "lab.yaml").exist
 def test_lint(lab_dir: Path) -> None:
     errors = [str(p) for p in lint_lab(lab_dir) if p.level == "error"]
     assert errors == []
-    warnings = [str(p) for p in lint_lab(lab_dir) if p.level == "warning" and "/mutants/" not in p.file]
-    assert warnings == [], "every lab ships English and Chinese: " + "; ".join(warnings)
+    warnings = [str(p) for p in lint_lab(lab_dir) if p.level == "warning"]
+    assert warnings == [], "every lab ships English and Chinese and >= 3 mutants per step: " + "; ".join(
+        warnings
+    )
+
+
+@pytest.mark.parametrize("lab_dir", LAB_DIRS, ids=[p.name for p in LAB_DIRS])
+def test_every_step_has_at_least_three_mutants(lab_dir: Path) -> None:
+    """A step's check is only as good as the wrong solutions it was shown to fail (issue 15)."""
+    lab = load_lab(lab_dir)
+    assert isinstance(lab, Lab), lab
+    for step in lab.steps:
+        mutants = lab.mutants_of(step.id)
+        assert len(mutants) >= 3, f"{lab.id}/{step.id}: {len(mutants)} mutants, at least 3 needed"
+        assert all(m.spec.what.zh for m in mutants), f"{lab.id}/{step.id}: a mutant without zh text"
 
 
 @pytest.mark.slow
