@@ -142,8 +142,10 @@ async def ensure_environment(
 
 async def start_environment(ctx: AppContext, session: Session, *, event: Event, attendee: Attendee) -> EnvRef:
     """Provision the attendee's environment now and return it once ready (states and progress are
-    published as it goes). ``POST /api/v1/environment`` calls it; joining will call it in the
-    background (queueing and progress belong to the burst issue)."""
+    published as it goes). ``POST /api/v1/environment`` calls it, for scripts and the self-paced
+    mode that want to wait for readiness; it holds no database connection while it waits. The
+    browser never waits on it: joining starts the environment in the background
+    (:func:`start_in_background`), through the admission queue."""
     return await ensure_environment(ctx, session, event=event, attendee=attendee)
 
 
