@@ -251,8 +251,9 @@ RMSNORM_SOLUTION = """import torch
 
 
 def rms_norm(x, weight, eps=1e-6):
-    rstd = torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + eps)
-    return x.float() * rstd * weight, rstd
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (xf * rstd * weight.float()).to(x.dtype), rstd
 """
 
 
