@@ -45,7 +45,7 @@ def check() -> tuple[str, dict[str, float]]:
     if speed < MIN_SPEEDUP:
         raise Failure(
             msg(f"chunk_kda_tile is right, but {rep['time_us']:.1f} µs emulated vs {base:.1f} µs for the naive op: {speed:.2f}x, "
-                f"at most {rep["max_parallel"]} task(s) at once. Only the state recursion has to be serial: are the chunks still "
+                f"at most {rep['max_parallel']} task(s) at once. Only the state recursion has to be serial: are the chunks still "
                 f"waiting for each other (the step needs >= {MIN_SPEEDUP}x)?",
                 f"chunk_kda_tile 结果正确，但仿真耗时 {rep['time_us']:.1f} µs，朴素算子 {base:.1f} µs：{speed:.2f}x，"
                 f"同时最多只有 {rep['max_parallel']} 个任务。只有状态递推必须串行：各个块是否仍在互相等待（本步要求 >= {MIN_SPEEDUP}x）？"),
