@@ -35,9 +35,11 @@ def workspace() -> Path:
 
 
 def row(name: str, r: dict[str, Any]) -> str:
-    return (f"  {name:8} {r['time_us']:9.1f} µs  tasks {r['tasks']:4}  subgraphs {r['subgraphs']}  "
-            f"parallel {r['max_parallel']:3}  Cube share {r['cube_share']:5.1%}  moves {r['moves']:5}  "
-            f"utilisation {r['utilisation']:5.1%}")
+    return (
+        f"  {name:8} {r['time_us']:9.1f} µs  tasks {r['tasks']:4}  subgraphs {r['subgraphs']}  "
+        f"parallel {r['max_parallel']:3}  Cube share {r['cube_share']:5.1%}  moves {r['moves']:5}  "
+        f"utilisation {r['utilisation']:5.1%}"
+    )
 
 
 def main() -> None:
@@ -63,12 +65,19 @@ def main() -> None:
     k = tile.Kernel("matmul")
     tile_matmul.tiled_matmul(k, a, b, out)
     r = k.report()
-    print(f"tiled matmul 512^3 fp32, tiles {tile_matmul.TILE_M}x{tile_matmul.TILE_K}x{tile_matmul.TILE_N}: "
-          f"error {float((out - a @ b).abs().max()):.2g}")
-    print(row("", r), f" peak L0A/L0B/L0C {r['peak_bytes']['L0A'] // 1024}/{r['peak_bytes']['L0B'] // 1024}/"
-          f"{r['peak_bytes']['L0C'] // 1024} KiB")
+    print(
+        f"tiled matmul 512^3 fp32, tiles {tile_matmul.TILE_M}x{tile_matmul.TILE_K}x{tile_matmul.TILE_N}: "
+        f"error {float((out - a @ b).abs().max()):.2g}"
+    )
+    print(
+        row("", r),
+        f" peak L0A/L0B/L0C {r['peak_bytes']['L0A'] // 1024}/{r['peak_bytes']['L0B'] // 1024}/"
+        f"{r['peak_bytes']['L0C'] // 1024} KiB",
+    )
 
-    print(f"\nprefill chunk_kda, H={args.H}, K=V=32, chunk 64 (talk: {TALK_PREFILL}x at T=4K, H=4, K=V=128, 910B3)")
+    print(
+        f"\nprefill chunk_kda, H={args.H}, K=V=32, chunk 64 (talk: {TALK_PREFILL}x at T=4K, H=4, K=V=128, 910B3)"
+    )
     for T in args.T:
         x, x32 = kc.inputs(7 + T, args.H, T)
         ref_o, _ = kc.golden(x)
@@ -77,15 +86,21 @@ def main() -> None:
         for name, mod in (("naive", kda_tile_naive), ("tuned", kda_tile)):
             o, s = torch.zeros(args.H, T, 32), torch.zeros(args.H, 32, 32)
             k = tile.Kernel(name)
-            mod.chunk_kda_tile(k, x32["q"], x32["k"], x32["v"], x32["g"], x32["beta"], x32["s0"], o, s, scale, 64)
+            mod.chunk_kda_tile(
+                k, x32["q"], x32["k"], x32["v"], x32["g"], x32["beta"], x32["s0"], o, s, scale, 64
+            )
             reps[name] = k.report()
             err = float((o.double() - ref_o).abs().max())
             print(f" T={T:5}" if name == "naive" else "        ", row(name, reps[name]), f" err {err:.1e}")
-        print(f"        speed-up {reps['naive']['time_us'] / reps['tuned']['time_us']:.2f}x (talk {TALK_PREFILL}x)")
+        print(
+            f"        speed-up {reps['naive']['time_us'] / reps['tuned']['time_us']:.2f}x (talk {TALK_PREFILL}x)"
+        )
 
-    print("\ndecode, 32 sequences x 4 heads, K=V=32, one token "
-          f"(talk: {TALK_DECODE[0]:.0f} -> {TALK_DECODE[1]:.0f} µs, {TALK_DECODE[0] / TALK_DECODE[1]:.1f}x; "
-          f"tasks {TALK_DECODE_TASKS[0]} -> {TALK_DECODE_TASKS[1]}; parallelism {TALK_PARALLEL[0]} -> {TALK_PARALLEL[1]})")
+    print(
+        "\ndecode, 32 sequences x 4 heads, K=V=32, one token "
+        f"(talk: {TALK_DECODE[0]:.0f} -> {TALK_DECODE[1]:.0f} µs, {TALK_DECODE[0] / TALK_DECODE[1]:.1f}x; "
+        f"tasks {TALK_DECODE_TASKS[0]} -> {TALK_DECODE_TASKS[1]}; parallelism {TALK_PARALLEL[0]} -> {TALK_PARALLEL[1]})"
+    )
     N, H = 32, 4
     x, x32 = kc.inputs(11, N * H, 1)
     ref_o, _ = kc.golden(x)
@@ -98,9 +113,14 @@ def main() -> None:
         mod.decode_tile(k, tok["q"], tok["k"], tok["v"], tok["g"], tok["beta"], S, o, 32**-0.5)
         reps[name] = k.report()
         err = float((o.reshape(N * H, 32).double() - ref_o[:, 0]).abs().max())
-        print(row(name, reps[name]), f" matmuls {reps[name]['matmuls']:3} (M {reps[name]['matmul_m']})  err {err:.1e}")
-    print(f"  speed-up {reps['naive']['time_us'] / reps['tuned']['time_us']:.2f}x "
-          f"(talk {TALK_DECODE[0] / TALK_DECODE[1]:.1f}x); tasks {reps['naive']['tasks']} -> {reps['tuned']['tasks']}")
+        print(
+            row(name, reps[name]),
+            f" matmuls {reps[name]['matmuls']:3} (M {reps[name]['matmul_m']})  err {err:.1e}",
+        )
+    print(
+        f"  speed-up {reps['naive']['time_us'] / reps['tuned']['time_us']:.2f}x "
+        f"(talk {TALK_DECODE[0] / TALK_DECODE[1]:.1f}x); tasks {reps['naive']['tasks']} -> {reps['tuned']['tasks']}"
+    )
     shutil.rmtree(ws.parent, ignore_errors=True)
 
 

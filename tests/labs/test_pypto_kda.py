@@ -18,7 +18,6 @@ LAB = REPO / "labs" / "pypto-kda"
 sys.path.insert(0, str(LAB / "checks"))
 
 import kdaref  # noqa: E402
-
 from labkit import tile  # noqa: E402
 
 
@@ -31,7 +30,15 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sys.path.insert(0, str(root))
     yield root
     sys.path.remove(str(root))
-    for m in ("tileops", "tril_inverse", "kda_tile", "kda_tile_naive", "kda_decode", "kda_decode_naive", "kda_data"):
+    for m in (
+        "tileops",
+        "tril_inverse",
+        "kda_tile",
+        "kda_tile_naive",
+        "kda_decode",
+        "kda_decode_naive",
+        "kda_data",
+    ):
         sys.modules.pop(m, None)
 
 
@@ -49,7 +56,9 @@ def test_chunked_form_equals_the_recurrence_in_float64(T: int) -> None:
 
 @pytest.mark.parametrize("C", [8, 16, 32, 64, 40])
 def test_the_blockwise_inverse_equals_the_inverse(C: int) -> None:
-    a = torch.tril(0.3 * torch.randn(C, C, generator=torch.Generator().manual_seed(C), dtype=torch.float64), -1)
+    a = torch.tril(
+        0.3 * torch.randn(C, C, generator=torch.Generator().manual_seed(C), dtype=torch.float64), -1
+    )
     ref = torch.linalg.inv(torch.eye(C, dtype=torch.float64) + a)
     assert (kdaref.tril_inverse_blocks(a) - ref).abs().max() < 1e-12
 
@@ -73,7 +82,9 @@ def test_tolerance_separates_the_solution_from_the_nearest_mistake(ws: Path) -> 
         o, _ = chunk(f["q"], f["k"], f["v"], f["g"], f["beta"], f["s0"], 32**-0.5, 64)
         worst = max(worst, float((o.double() - ref).abs().max()) / kdaref.tolerance(ref))
         g_excl = {**x, "g": x["g"]}
-        wrong, _ = kdaref.chunk_kda(**{**g_excl, "g": torch.cat([torch.zeros_like(x["g"][:, :1]), x["g"][:, :-1]], 1)})
+        wrong, _ = kdaref.chunk_kda(
+            **{**g_excl, "g": torch.cat([torch.zeros_like(x["g"][:, :1]), x["g"][:, :-1]], 1)}
+        )
         assert float((wrong - ref).abs().max()) > 10 * kdaref.tolerance(ref)
     assert worst < 0.1
 

@@ -40,7 +40,13 @@ import torch
 KiB = 1024
 
 #: usable bytes of each on-chip buffer of one AI core (A2/A3)
-BUFFERS: dict[str, int] = {"UB": 184 * KiB, "L1": 512 * KiB, "L0A": 64 * KiB, "L0B": 64 * KiB, "L0C": 128 * KiB}
+BUFFERS: dict[str, int] = {
+    "UB": 184 * KiB,
+    "L1": 512 * KiB,
+    "L0A": 64 * KiB,
+    "L0B": 64 * KiB,
+    "L0C": 128 * KiB,
+}
 CUBE_BUFFERS = ("L1", "L0A", "L0B", "L0C")
 
 
@@ -184,7 +190,7 @@ class Region:
     def offsets(self) -> torch.Tensor:
         if self._offsets is None:
             shape, stride, off, es, _ = self._view
-            n = off + 1 + sum((a - 1) * b for a, b in zip(shape, stride, strict=True))
+            n = int(off) + 1 + sum((int(a) - 1) * int(b) for a, b in zip(shape, stride, strict=True))
             self._offsets = torch.arange(n).as_strided(shape, stride, off).flatten() * es
         return self._offsets
 
@@ -261,8 +267,10 @@ class Kernel:
     def _check(self, tile: Tile, bufs: tuple[str, ...], what: str) -> None:
         if not isinstance(tile, Tile):
             raise TileError(f"{what}: expected a Tile, got {type(tile).__name__}")
-        if tile.task is not self._task or not (tile.owner or tile) in tile.task.live:
-            raise TileError(f"{what}: tile '{tile.name}' is not live in this task (tiles end with their task)")
+        if tile.task is not self._task or (tile.owner or tile) not in tile.task.live:
+            raise TileError(
+                f"{what}: tile '{tile.name}' is not live in this task (tiles end with their task)"
+            )
         if tile.buf not in bufs:
             raise TileError(f"{what}: tile '{tile.name}' is in {tile.buf}; it must be in {' or '.join(bufs)}")
 
@@ -277,7 +285,9 @@ class Kernel:
         """GM -> UB or L1 (MTE2)."""
         task = self._cur("load")
         if buf not in ("UB", "L1"):
-            raise TileError(f"load into {buf}: GM loads go to UB (Vector) or L1 (Cube); then move L1 -> L0A/L0B")
+            raise TileError(
+                f"load into {buf}: GM loads go to UB (Vector) or L1 (Cube); then move L1 -> L0A/L0B"
+            )
         tile = self._alloc(gm.detach().to(torch.float32).clone(), buf, name or f"load{len(task.reads)}")
         task.reads.append(Region(gm))
         p = self.profile
@@ -289,7 +299,9 @@ class Kernel:
         task = self._cur("store")
         self._check(tile, ("UB", "L0C"), "store")
         if tuple(gm.shape) != tile.shape:
-            raise TileError(f"store: tile '{tile.name}' has shape {tile.shape}, the GM view {tuple(gm.shape)}")
+            raise TileError(
+                f"store: tile '{tile.name}' has shape {tile.shape}, the GM view {tuple(gm.shape)}"
+            )
         gm.copy_(tile.data.to(gm.dtype))
         task.writes.append(Region(gm))
         p = self.profile
@@ -313,7 +325,9 @@ class Kernel:
         return out
 
     # -- Cube ------------------------------------------------------------------------------------
-    def matmul(self, a: Tile, b: Tile, acc: Tile | None = None, name: str = "", b_trans: bool = False) -> Tile:
+    def matmul(
+        self, a: Tile, b: Tile, acc: Tile | None = None, name: str = "", b_trans: bool = False
+    ) -> Tile:
         """Cube: ``a @ b`` (``a @ b.T`` with ``b_trans``), a in L0A, b in L0B, result in L0C;
         with ``acc`` (an L0C tile) the product is added into it and ``acc`` is returned.
         Work is padded to the 16x16x16 fractal: an M=1 product costs as much as M=16."""
@@ -325,7 +339,9 @@ class Kernel:
         bd = b.data.T if b_trans else b.data
         m, kk = a.shape
         if bd.shape[0] != kk:
-            raise TileError(f"matmul: '{a.name}' {a.shape} @ '{b.name}' {tuple(bd.shape)}: inner sizes differ")
+            raise TileError(
+                f"matmul: '{a.name}' {a.shape} @ '{b.name}' {tuple(bd.shape)}: inner sizes differ"
+            )
         n = bd.shape[1]
         prod = a.data @ bd
         if acc is not None:
@@ -344,7 +360,9 @@ class Kernel:
         return out
 
     # -- Vector ----------------------------------------------------------------------------------
-    def vec(self, op: str, fn: Callable[..., torch.Tensor], *tiles: Tile, name: str = "", passes: int = 1) -> Tile:
+    def vec(
+        self, op: str, fn: Callable[..., torch.Tensor], *tiles: Tile, name: str = "", passes: int = 1
+    ) -> Tile:
         """Vector: ``fn`` over the data of UB tiles, result in a new UB tile. Charged per element of
         the largest of the inputs and the output, ``passes`` times."""
         task = self._cur(op)
@@ -461,7 +479,9 @@ class Kernel:
         cube_s = sum(t.cube_s for t in self.tasks)
         vec_s = sum(t.vector_s for t in self.tasks)
         busy = sum(t.busy_s + self.profile.task_overhead_s for t in self.tasks)
-        events = sorted([(t.start, 1) for t in self.tasks] + [(t.end, -1) for t in self.tasks], key=lambda e: (e[0], e[1]))
+        events = sorted(
+            [(t.start, 1) for t in self.tasks] + [(t.end, -1) for t in self.tasks], key=lambda e: (e[0], e[1])
+        )
         conc = best = 0
         for _, d in events:
             conc += d

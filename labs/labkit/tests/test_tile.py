@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from labkit import tile
 
 
-def _matmul_task(k: tile.Kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, name: str, *idx: int) -> None:
+def _matmul_task(
+    k: tile.Kernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, name: str, *idx: int
+) -> None:
     with k.task(name, *idx):
         a0 = k.move(k.load(a, "L1", "a"), "L0A")
         b0 = k.move(k.load(b, "L1", "b"), "L0B")
@@ -25,7 +26,13 @@ def test_a_tile_over_budget_names_the_tile_and_the_buffer() -> None:
 
 
 def test_budgets_are_the_a2_a3_sizes_and_fit_exactly() -> None:
-    assert tile.BUFFERS == {"UB": 184 * 1024, "L1": 512 * 1024, "L0A": 64 * 1024, "L0B": 64 * 1024, "L0C": 128 * 1024}
+    assert tile.BUFFERS == {
+        "UB": 184 * 1024,
+        "L1": 512 * 1024,
+        "L0A": 64 * 1024,
+        "L0B": 64 * 1024,
+        "L0C": 128 * 1024,
+    }
     k = tile.Kernel()
     with k.task("t"):
         t = k.load(torch.zeros(128, 128), "L1")  # 64 KiB

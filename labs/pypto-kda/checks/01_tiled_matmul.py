@@ -28,25 +28,41 @@ def check() -> tuple[str, dict[str, float]]:
         a, b = torch.randn(M, K, generator=gen), torch.randn(K, N, generator=gen)
         res = kc.call(kc.HARNESS, "run_matmul", a, b, hint=HINT)
         ref = a.double() @ b.double()
-        kc.compare("out", res["out"], ref, msg(f"tiled_matmul on {M}x{K} @ {K}x{N}", f"tiled_matmul 计算 {M}x{K} @ {K}x{N}"),
-                   HINT, ("a @ b", "a @ b"))
+        kc.compare(
+            "out",
+            res["out"],
+            ref,
+            msg(f"tiled_matmul on {M}x{K} @ {K}x{N}", f"tiled_matmul 计算 {M}x{K} @ {K}x{N}"),
+            HINT,
+            ("a @ b", "a @ b"),
+        )
         rep = res["report"]
         if rep["cube_share"] < 0.9:
             raise Failure(
-                msg(f"The product is right, but only {rep['cube_share']:.0%} of the compute time is on the Cube: a matmul "
+                msg(
+                    f"The product is right, but only {rep['cube_share']:.0%} of the compute time is on the Cube: a matmul "
                     "belongs on the Cube core (L0A x L0B -> L0C), the Vector core is for elementwise work.",
                     f"乘积正确，但只有 {rep['cube_share']:.0%} 的计算时间在 Cube 上：矩阵乘应放在 Cube 核上（L0A x L0B -> L0C），"
-                    "Vector 核用于逐元素计算。"),
-                [HINT])
+                    "Vector 核用于逐元素计算。",
+                ),
+                [HINT],
+            )
     peak = rep["peak_bytes"]
     return (
-        msg(f"tiled_matmul is right on {shapes[-1]} and every tile fits (peak L0A {peak['L0A'] // 1024} KiB, L0B "
+        msg(
+            f"tiled_matmul is right on {shapes[-1]} and every tile fits (peak L0A {peak['L0A'] // 1024} KiB, L0B "
             f"{peak['L0B'] // 1024} KiB, L0C {peak['L0C'] // 1024} KiB). Cube share {rep['cube_share']:.0%}, "
             f"{rep['tasks']} tasks, {rep['moves']} moves ({rep['move_bytes'] / 1024:.0f} KiB), {rep['time_us']:.1f} µs emulated.",
             f"tiled_matmul 在 {shapes[-1]} 上结果正确，每个块都放得下（峰值 L0A {peak['L0A'] // 1024} KiB、L0B "
             f"{peak['L0B'] // 1024} KiB、L0C {peak['L0C'] // 1024} KiB）。Cube 占比 {rep['cube_share']:.0%}，"
-            f"{rep['tasks']} 个任务，{rep['moves']} 次搬运（{rep['move_bytes'] / 1024:.0f} KiB），仿真耗时 {rep['time_us']:.1f} µs。"),
-        {"cube_share": rep["cube_share"], "tasks": rep["tasks"], "moves": rep["moves"], "time_us": rep["time_us"]},
+            f"{rep['tasks']} 个任务，{rep['moves']} 次搬运（{rep['move_bytes'] / 1024:.0f} KiB），仿真耗时 {rep['time_us']:.1f} µs。",
+        ),
+        {
+            "cube_share": rep["cube_share"],
+            "tasks": rep["tasks"],
+            "moves": rep["moves"],
+            "time_us": rep["time_us"],
+        },
     )
 
 

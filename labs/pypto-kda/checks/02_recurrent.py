@@ -30,20 +30,38 @@ def check() -> tuple[str, dict[str, float]]:
             x = {n: t.double() for n, t in x32.items()}
         ref_o, ref_s = kc.golden(x)
         scale = x["q"].shape[-1] ** -0.5
-        o, S = kc.call("kda_recurrent.py", "recurrent_kda", x32["q"], x32["k"], x32["v"], x32["g"], x32["beta"], x32["s0"], scale, hint=HINT)
-        what = msg(f"recurrent_kda ({label} inputs, H={H}, T={T})", f"recurrent_kda（{label} 输入，H={H}，T={T}）")
+        o, S = kc.call(
+            "kda_recurrent.py",
+            "recurrent_kda",
+            x32["q"],
+            x32["k"],
+            x32["v"],
+            x32["g"],
+            x32["beta"],
+            x32["s0"],
+            scale,
+            hint=HINT,
+        )
+        what = msg(
+            f"recurrent_kda ({label} inputs, H={H}, T={T})", f"recurrent_kda（{label} 输入，H={H}，T={T}）"
+        )
         for name, t in (("S", S), ("o", o)):
             if isinstance(t, torch.Tensor) and t.dtype != torch.float32:
                 raise Failure(
-                    msg(f"{what}: `{name}` is {str(t.dtype).replace('torch.', '')}; the state and the output must be fp32 "
+                    msg(
+                        f"{what}: `{name}` is {str(t.dtype).replace('torch.', '')}; the state and the output must be fp32 "
                         "(the state accumulates over every token: bf16 loses it).",
-                        f"{what}：`{name}` 是 {str(t.dtype).replace('torch.', '')}；状态和输出必须是 fp32（状态在每个 token 上累积，bf16 会丢失精度）。"),
-                    [HINT])
+                        f"{what}：`{name}` 是 {str(t.dtype).replace('torch.', '')}；状态和输出必须是 fp32（状态在每个 token 上累积，bf16 会丢失精度）。",
+                    ),
+                    [HINT],
+                )
         err = max(err, kc.compare("o", o, ref_o, what, HINT), kc.compare("S", S, ref_s, what, HINT))
     return (
-        msg(f"recurrent_kda equals the fp64 golden (max abs error {err:.2g}, tolerance {kc.kdaref.TOL:g} x max |o|), fp32 state "
+        msg(
+            f"recurrent_kda equals the fp64 golden (max abs error {err:.2g}, tolerance {kc.kdaref.TOL:g} x max |o|), fp32 state "
             "also from bf16 inputs.",
-            f"recurrent_kda 与 fp64 参考一致（最大绝对误差 {err:.2g}，容差 {kc.kdaref.TOL:g} x max |o|），bf16 输入时状态也是 fp32。"),
+            f"recurrent_kda 与 fp64 参考一致（最大绝对误差 {err:.2g}，容差 {kc.kdaref.TOL:g} x max |o|），bf16 输入时状态也是 fp32。",
+        ),
         {"max_abs_error": err},
     )
 

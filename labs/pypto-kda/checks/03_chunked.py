@@ -27,12 +27,26 @@ def check() -> tuple[str, dict[str, float]]:
         x, x32 = kc.inputs(s + T, H, T)
         ref_o, ref_s = kc.golden(x)
         scale = x["q"].shape[-1] ** -0.5
-        o, S = kc.call("kda_chunk.py", "chunk_kda", x32["q"], x32["k"], x32["v"], x32["g"], x32["beta"], x32["s0"], scale, chunk, hint=HINT)
+        o, S = kc.call(
+            "kda_chunk.py",
+            "chunk_kda",
+            x32["q"],
+            x32["k"],
+            x32["v"],
+            x32["g"],
+            x32["beta"],
+            x32["s0"],
+            scale,
+            chunk,
+            hint=HINT,
+        )
         what = msg(f"chunk_kda (H={H}, T={T}, chunk={chunk})", f"chunk_kda（H={H}，T={T}，chunk={chunk}）")
         err = max(err, kc.compare("o", o, ref_o, what, HINT), kc.compare("S", S, ref_s, what, HINT))
     return (
-        msg(f"chunk_kda equals the recurrent reference on T = {', '.join(str(c[1]) for c in cases)} (max abs error {err:.2g}).",
-            f"chunk_kda 在 T = {', '.join(str(c[1]) for c in cases)} 上与循环参考一致（最大绝对误差 {err:.2g}）。"),
+        msg(
+            f"chunk_kda equals the recurrent reference on T = {', '.join(str(c[1]) for c in cases)} (max abs error {err:.2g}).",
+            f"chunk_kda 在 T = {', '.join(str(c[1]) for c in cases)} 上与循环参考一致（最大绝对误差 {err:.2g}）。",
+        ),
         {"max_abs_error": err},
     )
 

@@ -31,35 +31,52 @@ def check() -> tuple[str, dict[str, float]]:
         scale = x["q"].shape[-1] ** -0.5
         res = kc.call(kc.HARNESS, "run_prefill", x32, scale, 64, hint=HINT)
         what = msg(f"chunk_kda_tile (H={H}, T={T})", f"chunk_kda_tile（H={H}，T={T}）")
-        err = max(err, kc.compare("o", res["o"], ref_o, what, HINT), kc.compare("s_out", res["s"], ref_s, what, HINT))
+        err = max(
+            err,
+            kc.compare("o", res["o"], ref_o, what, HINT),
+            kc.compare("s_out", res["s"], ref_s, what, HINT),
+        )
     # the speed-up on a long sequence: 16 chunks
     x, x32 = kc.inputs(s, 1, 1024)
     scale = x["q"].shape[-1] ** -0.5
     res = kc.call(kc.HARNESS, "run_prefill", x32, scale, 64, hint=HINT)
     ref_o, ref_s = kc.golden(x)
     what = msg("chunk_kda_tile (H=1, T=1024)", "chunk_kda_tile（H=1，T=1024）")
-    err = max(err, kc.compare("o", res["o"], ref_o, what, HINT), kc.compare("s_out", res["s"], ref_s, what, HINT))
+    err = max(
+        err, kc.compare("o", res["o"], ref_o, what, HINT), kc.compare("s_out", res["s"], ref_s, what, HINT)
+    )
     rep = res["report"]
     base = kc.naive_prefill_us(x32, scale, 64)
     speed = base / rep["time_us"]
     if speed < MIN_SPEEDUP:
         raise Failure(
-            msg(f"chunk_kda_tile is right, but {rep['time_us']:.1f} µs emulated vs {base:.1f} µs for the naive op: {speed:.2f}x, "
+            msg(
+                f"chunk_kda_tile is right, but {rep['time_us']:.1f} µs emulated vs {base:.1f} µs for the naive op: {speed:.2f}x, "
                 f"at most {rep['max_parallel']} task(s) at once. Only the state recursion has to be serial: are the chunks still "
                 f"waiting for each other (the step needs >= {MIN_SPEEDUP}x)?",
                 f"chunk_kda_tile 结果正确，但仿真耗时 {rep['time_us']:.1f} µs，朴素算子 {base:.1f} µs：{speed:.2f}x，"
-                f"同时最多只有 {rep['max_parallel']} 个任务。只有状态递推必须串行：各个块是否仍在互相等待（本步要求 >= {MIN_SPEEDUP}x）？"),
-            [HINT])
+                f"同时最多只有 {rep['max_parallel']} 个任务。只有状态递推必须串行：各个块是否仍在互相等待（本步要求 >= {MIN_SPEEDUP}x）？",
+            ),
+            [HINT],
+        )
     return (
-        msg(f"chunk_kda_tile equals the reference (max abs error {err:.2g}) within every buffer (peak UB "
+        msg(
+            f"chunk_kda_tile equals the reference (max abs error {err:.2g}) within every buffer (peak UB "
             f"{rep['peak_bytes']['UB'] / 1024:.1f} of 184 KiB). T=1024: {rep['time_us']:.1f} µs vs {base:.1f} µs naive = "
             f"{speed:.2f}x emulated (talk: {TALK}x at T=4K); {rep['tasks']} tasks, up to {rep['max_parallel']} at once, "
             f"Cube share {rep['cube_share']:.0%}, {rep['moves']} moves.",
             f"chunk_kda_tile 与参考一致（最大绝对误差 {err:.2g}），所有缓冲区都没有超出（UB 峰值 "
             f"{rep['peak_bytes']['UB'] / 1024:.1f} / 184 KiB）。T=1024：{rep['time_us']:.1f} µs，朴素算子 {base:.1f} µs，"
             f"仿真加速 {speed:.2f}x（演讲：T=4K 时 {TALK}x）；{rep['tasks']} 个任务，最多 {rep['max_parallel']} 个并行，"
-            f"Cube 占比 {rep['cube_share']:.0%}，{rep['moves']} 次搬运。"),
-        {"speedup": speed, "time_us": rep["time_us"], "naive_us": base, "max_abs_error": err, "tasks": rep["tasks"]},
+            f"Cube 占比 {rep['cube_share']:.0%}，{rep['moves']} 次搬运。",
+        ),
+        {
+            "speedup": speed,
+            "time_us": rep["time_us"],
+            "naive_us": base,
+            "max_abs_error": err,
+            "tasks": rep["tasks"],
+        },
     )
 
 

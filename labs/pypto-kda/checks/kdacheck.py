@@ -41,14 +41,31 @@ def golden(x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return kdaref.recurrent_kda(**x)
 
 
-def compare(name: str, got: Any, ref: torch.Tensor, what: str, hint: str, against: tuple[str, str] = ("the fp64 recurrent reference", "fp64 循环参考结果")) -> float:
+def compare(
+    name: str,
+    got: Any,
+    ref: torch.Tensor,
+    what: str,
+    hint: str,
+    against: tuple[str, str] = ("the fp64 recurrent reference", "fp64 循环参考结果"),
+) -> float:
     """Max abs error of ``got`` vs the fp64 golden, or a Failure naming where it differs."""
     if not isinstance(got, torch.Tensor):
-        raise Failure(msg(f"{what}: `{name}` is {type(got).__name__}, not a tensor.", f"{what}：`{name}` 是 {type(got).__name__}，不是张量。"), [hint])
+        raise Failure(
+            msg(
+                f"{what}: `{name}` is {type(got).__name__}, not a tensor.",
+                f"{what}：`{name}` 是 {type(got).__name__}，不是张量。",
+            ),
+            [hint],
+        )
     if tuple(got.shape) != tuple(ref.shape):
         raise Failure(
-            msg(f"{what}: `{name}` has shape {tuple(got.shape)}, expected {tuple(ref.shape)}.",
-                f"{what}：`{name}` 的形状是 {tuple(got.shape)}，应为 {tuple(ref.shape)}。"), [hint])
+            msg(
+                f"{what}: `{name}` has shape {tuple(got.shape)}, expected {tuple(ref.shape)}.",
+                f"{what}：`{name}` 的形状是 {tuple(got.shape)}，应为 {tuple(ref.shape)}。",
+            ),
+            [hint],
+        )
     tol = kdaref.tolerance(ref)
     diff = (got.double() - ref).abs()
     diff[torch.isnan(diff)] = float("inf")
@@ -57,12 +74,15 @@ def compare(name: str, got: Any, ref: torch.Tensor, what: str, hint: str, agains
         pos = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
         bad = int((diff > tol).sum())
         raise Failure(
-            msg(f"{what}: `{name}` differs from {against[0]} at {pos}: got {float(got[pos]):.6g}, "
+            msg(
+                f"{what}: `{name}` differs from {against[0]} at {pos}: got {float(got[pos]):.6g}, "
                 f"expected {float(ref[pos]):.6g}; max abs error {err:.3g} > tolerance {tol:.3g} "
                 f"({bad} of {diff.numel()} elements out of tolerance).",
                 f"{what}：`{name}` 与{against[1]}在 {pos} 处不同：得到 {float(got[pos]):.6g}，"
-                f"应为 {float(ref[pos]):.6g}；最大绝对误差 {err:.3g} > 容差 {tol:.3g}（{diff.numel()} 个元素中 {bad} 个超出容差）。"),
-            [hint])
+                f"应为 {float(ref[pos]):.6g}；最大绝对误差 {err:.3g} > 容差 {tol:.3g}（{diff.numel()} 个元素中 {bad} 个超出容差）。",
+            ),
+            [hint],
+        )
     return err
 
 
@@ -70,8 +90,14 @@ def call(file: str, func: str, *args: Any, hint: str, timeout: float = 60) -> An
     res = run_function(file, func, *args, timeout=timeout, memory_mb=2048)
     if res.error is not None and res.error.type in ("TileBudgetError", "TileError"):
         raise Failure(
-            msg(f"The emulator stopped your kernel: {res.error.message}",
-                f"仿真器中止了你的算子：{res.error.message}") + "\n" + res.error.format(), [hint])
+            msg(
+                f"The emulator stopped your kernel: {res.error.message}",
+                f"仿真器中止了你的算子：{res.error.message}",
+            )
+            + "\n"
+            + res.error.format(),
+            [hint],
+        )
     return res.unwrap(hint)
 
 
@@ -88,7 +114,9 @@ def naive_prefill_us(x32: dict[str, torch.Tensor], scale: float, chunk: int) -> 
     H, T, _ = x32["q"].shape
     o, s = torch.zeros(H, T, x32["v"].shape[-1]), torch.zeros_like(x32["s0"])
     k = tile.Kernel("chunk_kda_naive")
-    naive("kda_tile_naive").chunk_kda_tile(k, x32["q"], x32["k"], x32["v"], x32["g"], x32["beta"], x32["s0"], o, s, scale, chunk)
+    naive("kda_tile_naive").chunk_kda_tile(
+        k, x32["q"], x32["k"], x32["v"], x32["g"], x32["beta"], x32["s0"], o, s, scale, chunk
+    )
     return float(k.report()["time_us"])
 
 
@@ -105,5 +133,15 @@ def decode_tokens(x32: dict[str, torch.Tensor], N: int, H: int) -> list[dict[str
 def naive_decode_us(tok: dict[str, torch.Tensor], s0: torch.Tensor, scale: float) -> float:
     N, H, _ = tok["q"].shape
     k = tile.Kernel("kda_decode_naive")
-    naive("kda_decode_naive").decode_tile(k, tok["q"], tok["k"], tok["v"], tok["g"], tok["beta"], s0.clone(), torch.zeros(N, H, tok["v"].shape[-1]), scale)
+    naive("kda_decode_naive").decode_tile(
+        k,
+        tok["q"],
+        tok["k"],
+        tok["v"],
+        tok["g"],
+        tok["beta"],
+        s0.clone(),
+        torch.zeros(N, H, tok["v"].shape[-1]),
+        scale,
+    )
     return float(k.report()["time_us"])

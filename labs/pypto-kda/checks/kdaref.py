@@ -10,12 +10,17 @@ Per token (``reference/talks-and-hardware.md`` Lab 3, fla ``naive_recurrent_kda`
 
 from __future__ import annotations
 
-
 import torch
 
 
 def make_inputs(
-    seed: int, H: int = 2, T: int = 128, D: int = 32, *, dtype: torch.dtype = torch.float32, state: bool = True
+    seed: int,
+    H: int = 2,
+    T: int = 128,
+    D: int = 32,
+    *,
+    dtype: torch.dtype = torch.float32,
+    state: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Seeded inputs: q, k L2-normalised per token (as Kimi's KDA), beta = sigmoid, a gate in
     (-0.25, 0) (cumulated over a 64-token chunk it stays above about -8, so exp(+-g) fits fp32),
@@ -36,8 +41,13 @@ def make_inputs(
 
 
 def recurrent_kda(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    s0: torch.Tensor | None = None, scale: float | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    s0: torch.Tensor | None = None,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-token recurrence, in the inputs' dtype (pass float64 for a golden)."""
     H, T, K = q.shape
@@ -53,8 +63,14 @@ def recurrent_kda(
 
 
 def chunk_kda(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    s0: torch.Tensor | None = None, scale: float | None = None, chunk: int = 64,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    s0: torch.Tensor | None = None,
+    scale: float | None = None,
+    chunk: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunked form (fla ``naive_chunk_kda``): per chunk, gate cumsum, A strictly lower,
     T = (I + A)^-1 diag(beta), w = T (exp(g) k), u = T v, then the state recursion."""
@@ -115,5 +131,3 @@ TOL = 1e-5
 
 def tolerance(ref: torch.Tensor) -> float:
     return TOL * max(1.0, float(ref.abs().max()))
-
-

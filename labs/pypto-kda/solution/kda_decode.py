@@ -12,8 +12,15 @@ NH_TILE = 1
 
 
 def decode_tile(
-    k: tile.Kernel, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    S: torch.Tensor, o: torch.Tensor, scale: float,
+    k: tile.Kernel,
+    q: torch.Tensor,
+    kk: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    S: torch.Tensor,
+    o: torch.Tensor,
+    scale: float,
 ) -> None:
     """GM: q, kk, g [N, H, K]; v [N, H, V]; beta [N, H]; S [N, H, K, V] (updated in place); o [N, H, V]."""
     N, H, K = q.shape

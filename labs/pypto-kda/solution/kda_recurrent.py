@@ -6,8 +6,13 @@ import torch
 
 
 def recurrent_kda(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    s0: torch.Tensor, scale: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    s0: torch.Tensor,
+    scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """o [H, T, V] (in q's dtype) and the final state [H, K, V] (fp32) of the per-token recurrence."""
     H, T, K = q.shape

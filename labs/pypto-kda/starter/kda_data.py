@@ -8,7 +8,9 @@ from __future__ import annotations
 import torch
 
 
-def make_inputs(seed: int = 0, H: int = 2, T: int = 128, D: int = 32, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+def make_inputs(
+    seed: int = 0, H: int = 2, T: int = 128, D: int = 32, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
 
     def r(*shape: int) -> torch.Tensor:

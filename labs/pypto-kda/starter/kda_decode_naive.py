@@ -12,8 +12,15 @@ from labkit import tile
 
 
 def decode_tile(
-    k: tile.Kernel, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    S: torch.Tensor, o: torch.Tensor, scale: float,
+    k: tile.Kernel,
+    q: torch.Tensor,
+    kk: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    S: torch.Tensor,
+    o: torch.Tensor,
+    scale: float,
 ) -> None:
     """GM: q, kk, g [N, H, K]; v [N, H, V]; beta [N, H]; S [N, H, K, V] (updated in place); o [N, H, V]."""
     N, H, K = q.shape
@@ -34,7 +41,9 @@ def decode_tile(
                 s = k.load(ws_s[n], "UB", "Sd")
                 ks = k.load(ws_row[n], "UB", "kS")
                 delta = k.sub(k.load(v[n, h, None], "UB", "v"), ks, "delta")
-                kb = k.mul(k.load(kk[n, h, :, None], "UB", "k"), k.load(beta[n, h, None, None], "UB", "beta"), "bk")
+                kb = k.mul(
+                    k.load(kk[n, h, :, None], "UB", "k"), k.load(beta[n, h, None, None], "UB", "beta"), "bk"
+                )
                 k.store(k.add(s, k.mul(kb, delta), "S"), S[n, h])
                 k.store(k.muls(k.load(q[n, h, None], "UB", "q"), scale, "qs"), ws_row[n])
             with k.task("qS", n, h):

@@ -20,8 +20,17 @@ def _mm(k: tile.Kernel, a: tile.Tile, b: tile.Tile, name: str, b_trans: bool = F
 
 
 def chunk_kda_tile(
-    k: tile.Kernel, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    s0: torch.Tensor, o: torch.Tensor, s_out: torch.Tensor, scale: float, chunk: int = 64,
+    k: tile.Kernel,
+    q: torch.Tensor,
+    kk: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    s0: torch.Tensor,
+    o: torch.Tensor,
+    s_out: torch.Tensor,
+    scale: float,
+    chunk: int = 64,
 ) -> None:
     H, T, K = q.shape
     for h in range(H):
@@ -29,7 +38,11 @@ def chunk_kda_tile(
             C = min(chunk, T - c0)
             sl = slice(c0, c0 + C)
             with k.task("chunk", h, c):
-                qt, kt, vt = k.load(q[h, sl], "UB", "q"), k.load(kk[h, sl], "UB", "k"), k.load(v[h, sl], "UB", "v")
+                qt, kt, vt = (
+                    k.load(q[h, sl], "UB", "q"),
+                    k.load(kk[h, sl], "UB", "k"),
+                    k.load(v[h, sl], "UB", "v"),
+                )
                 gt, bt = k.load(g[h, sl], "UB", "g"), k.load(beta[h, sl, None], "UB", "beta")
                 S = k.load(s0[h] if c == 0 else s_out[h], "UB", "S")
                 gc = k.vec("cumsum", lambda x: x.cumsum(0), gt, name="gcum", passes=C)
@@ -46,7 +59,9 @@ def chunk_kda_tile(
                 # forward substitution, one row at a time: X[i, :i] = -A[i, :i] @ X[:i, :i]
                 x = k.const(torch.eye(C), "X")
                 for i in range(1, C):
-                    row = k.vec("fwdsub", lambda aa, xx, i=i: -(aa[i, :i, None] * xx[:i, :i]).sum(0), a, x, name="row")
+                    row = k.vec(
+                        "fwdsub", lambda aa, xx, i=i: -(aa[i, :i, None] * xx[:i, :i]).sum(0), a, x, name="row"
+                    )
                     k.assign(x[i, :i], row)
                     k.free(row)
                 tm = k.vec("colscale", lambda xx, b: xx * b.T, x, bt, name="T")
@@ -62,7 +77,7 @@ def chunk_kda_tile(
                 for t in (aqk, kd, qe, w, u):
                     k.free(t)
                 gl = gc[C - 1 : C]
-                kdec = k.mul(kt, k.exp(k.vec("glast-g", lambda l, xx: l - xx, gl, gc)), "kdec")
+                kdec = k.mul(kt, k.exp(k.vec("glast-g", lambda last, xx: last - xx, gl, gc)), "kdec")
                 upd = _mm(k, k.transpose(kdec), vn, "kv")
-                S2 = k.add(k.vec("decay", lambda s, l: s * l.T, S, k.exp(gl)), upd, "S")
+                S2 = k.add(k.vec("decay", lambda s, e: s * e.T, S, k.exp(gl)), upd, "S")
                 k.store(S2, s_out[h])

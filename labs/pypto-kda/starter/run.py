@@ -9,14 +9,24 @@ import json
 import sys
 
 import torch
-from labkit import tile
-
 from kda_data import make_inputs
+from labkit import tile
 
 
 def show(k: tile.Kernel) -> None:
     r = k.report()
-    keep = ("time_us", "tasks", "subgraphs", "cube_share", "moves", "move_bytes", "matmul_m", "max_parallel", "utilisation", "peak_bytes")
+    keep = (
+        "time_us",
+        "tasks",
+        "subgraphs",
+        "cube_share",
+        "moves",
+        "move_bytes",
+        "matmul_m",
+        "max_parallel",
+        "utilisation",
+        "peak_bytes",
+    )
     print(json.dumps({n: r[n] for n in keep}, indent=1))
 
 
@@ -74,7 +84,9 @@ def main(what: str) -> None:
             o, S = torch.zeros_like(x["v"]), torch.zeros_like(x["s0"])
             k = tile.Kernel(name)
             fn(k, *args, o, S, scale, 64)
-            print(name, "max abs error o", float((o - ref_o).abs().max()), "S", float((S - ref_s).abs().max()))
+            print(
+                name, "max abs error o", float((o - ref_o).abs().max()), "S", float((S - ref_s).abs().max())
+            )
             show(k)
         return
     if what == "decode":

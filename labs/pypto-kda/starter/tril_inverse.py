@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import torch
 from labkit import tile
-
 from tileops import cube_mm, eye  # noqa: F401
 
 LEAF = 8

@@ -6,8 +6,14 @@ import torch
 
 
 def chunk_kda(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    s0: torch.Tensor, scale: float, chunk: int = 64,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    s0: torch.Tensor,
+    scale: float,
+    chunk: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same result as recurrent_kda, computed chunk by chunk with matrix products."""
     H, T, K = q.shape

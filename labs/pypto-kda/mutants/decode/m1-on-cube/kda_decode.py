@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 from labkit import tile
-
 from tileops import cube_mm
 
 #: (sequence, head) pairs per task: N*H need not be a multiple of it
@@ -14,8 +13,15 @@ NH_TILE = 1
 
 
 def decode_tile(
-    k: tile.Kernel, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    S: torch.Tensor, o: torch.Tensor, scale: float,
+    k: tile.Kernel,
+    q: torch.Tensor,
+    kk: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    S: torch.Tensor,
+    o: torch.Tensor,
+    scale: float,
 ) -> None:
     """GM: q, kk, g [N, H, K]; v [N, H, V]; beta [N, H]; S [N, H, K, V] (updated in place); o [N, H, V]."""
     N, H, K = q.shape

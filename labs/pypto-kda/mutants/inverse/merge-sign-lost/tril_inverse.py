@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 from labkit import tile
-
 from tileops import cube_mm, eye
 
 LEAF = 8
@@ -19,13 +18,17 @@ def tril_inverse(k: tile.Kernel, a: tile.Tile) -> tile.Tile:
     n = C // LEAF
     # the leaves: the n diagonal 8x8 blocks of -A side by side, [n, 8, 8]
     neg = k.vec(
-        "leaves", lambda x: -torch.stack([x[b * LEAF : (b + 1) * LEAF, b * LEAF : (b + 1) * LEAF] for b in range(n)]),
-        a, name="negA",
+        "leaves",
+        lambda x: -torch.stack([x[b * LEAF : (b + 1) * LEAF, b * LEAF : (b + 1) * LEAF] for b in range(n)]),
+        a,
+        name="negA",
     )
     inv = eye(k, LEAF, n, "leafinv")
     # forward substitution, every leaf at once: row i = -A[i, :i] @ X[:i, :i]
     for i in range(1, LEAF):
-        row = k.vec("fwdsub", lambda na, x, i=i: (na[:, i, :i, None] * x[:, :i, :i]).sum(1), neg, inv, name="row")
+        row = k.vec(
+            "fwdsub", lambda na, x, i=i: (na[:, i, :i, None] * x[:, :i, :i]).sum(1), neg, inv, name="row"
+        )
         k.assign(inv[:, i, :i], row)
         k.free(row)
     x = k.vec("place", lambda li: torch.block_diag(*li), inv, name="X")

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import torch
 from labkit import tile
-
 from tileops import cube_mm, load_padded
 from tril_inverse import tril_inverse
 
 
 def chunk_kda_tile(
-    k: tile.Kernel, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-    s0: torch.Tensor, o: torch.Tensor, s_out: torch.Tensor, scale: float, chunk: int = 64,
+    k: tile.Kernel,
+    q: torch.Tensor,
+    kk: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    s0: torch.Tensor,
+    o: torch.Tensor,
+    s_out: torch.Tensor,
+    scale: float,
+    chunk: int = 64,
 ) -> None:
     """GM in: q, kk [H, T, K], v [H, T, V], g [H, T, K], beta [H, T], s0 [H, K, V].
     GM out: o [H, T, V], s_out [H, K, V] (the final state)."""
@@ -35,7 +43,7 @@ def chunk_kda_tile(
                 # the last chunk may be shorter: pad it with zeros to a whole chunk (k = beta = 0
                 # there adds nothing to the state)
                 # prefetch the head's whole sequence once, then take chunks from it
-                seq = [k.load(t[h], "UB", f"{n}_all") for n, t in (("q", q), ("k", kk), ("v", v), ("g", g))]
+                _seq = [k.load(t[h], "UB", f"{n}_all") for n, t in (("q", q), ("k", kk), ("v", v), ("g", g))]
                 qt = load_padded(k, q[h, sl], chunk, "q")
                 kt = load_padded(k, kk[h, sl], chunk, "k")
                 vt = load_padded(k, v[h, sl], chunk, "v")
@@ -64,7 +72,7 @@ def chunk_kda_tile(
                 for t in (eg, ng, x, tm, qkt):
                     k.free(t)
                 gl = gc[C - 1 : C]  # the gate at the chunk's last real token
-                kdec = k.mul(kt, k.exp(k.vec("glast-g", lambda l, x: l - x, gl, gc)), "kdec")
+                kdec = k.mul(kt, k.exp(k.vec("glast-g", lambda last, x: last - x, gl, gc)), "kdec")
                 k.store(w[:C], ws["w"][h, c, :C])
                 k.store(u[:C], ws["u"][h, c, :C])
                 k.store(qe[:C], ws["qe"][h, c, :C])
@@ -85,5 +93,5 @@ def chunk_kda_tile(
                 out = k.muls(k.add(cube_mm(k, qe, S, "qS"), cube_mm(k, aqk, vn, "Av")), scale, "o")
                 k.store(out, o[h, c0 : c0 + C])
                 upd = cube_mm(k, k.transpose(kdec), vn, "kv")
-                S2 = k.add(k.vec("decay", lambda s, l: s * l.T, S, gl), upd, "S")
+                S2 = k.add(k.vec("decay", lambda s, e: s * e.T, S, gl), upd, "S")
                 k.store(S2, s_out[h])
