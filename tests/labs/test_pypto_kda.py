@@ -123,3 +123,37 @@ def test_the_tuned_decode_merges_subgraphs_and_leaves_the_cube(ws: Path) -> None
     assert (naive["tasks"], naive["subgraphs"], naive["matmul_m"]) == (512, 4, [1])
     assert (tuned["tasks"], tuned["subgraphs"], tuned["matmul_m"]) == (128, 1, [])
     assert naive["time_us"] > 2.5 * tuned["time_us"]
+
+
+def test_the_chunk_rule_accepts_a_row_loop_inverse_and_rejects_a_token_loop(tmp_path: Path) -> None:
+    """Step 3 tells a chunked form from a token loop by how its torch calls follow the chunk size:
+    fla's own forward substitution (a Python loop over rows) must still count as chunked."""
+    import harness
+
+    sol = (LAB / "solution" / "kda_chunk.py").read_text()
+    row_loop = sol.replace(
+        "        Tm = torch.linalg.solve_triangular(eye + A, eye.expand(H, C, C), upper=False) * bc[:, None, :]",
+        "        X = -A.clone()\n        for i in range(1, C):\n"
+        "            X[:, i, :i] = X[:, i, :i] + (X[:, i, :, None] * X[:, :, :i]).sum(-2)\n"
+        "        Tm = (X + eye) * bc[:, None, :]",
+    )
+    assert row_loop != sol
+    x = {n: t.float() for n, t in kdaref.make_inputs(1, H=1, T=256).items()}
+    ratios = {}
+    for name, text in (
+        ("row_loop", row_loop),
+        ("token_loop", (LAB / "mutants/chunked/token-by-token/kda_chunk.py").read_text()),
+    ):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "kda_chunk.py").write_text(text)
+        shutil.copy(LAB / "solution" / "kda_recurrent.py", d)
+        sys.path.insert(0, str(d))
+        try:
+            c8, c64 = harness.chunk_calls(x, 32**-0.5, [8, 64])
+        finally:
+            sys.path.remove(str(d))
+            sys.modules.pop("kda_chunk", None)
+            sys.modules.pop("kda_recurrent", None)
+        ratios[name] = c8 / c64
+    assert ratios["row_loop"] > 1.3 and ratios["token_loop"] == 1.0

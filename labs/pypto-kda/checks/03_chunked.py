@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kdacheck as kc  # noqa: E402
-from labkit.check import main, msg  # noqa: E402
+from labkit.check import Failure, main, msg  # noqa: E402
 
 HINT = msg(
     "Within a chunk the gate is the inclusive prefix sum (token c has decayed by g_0..g_c); A is strictly lower "
@@ -42,6 +42,20 @@ def check() -> tuple[str, dict[str, float]]:
         )
         what = msg(f"chunk_kda (H={H}, T={T}, chunk={chunk})", f"chunk_kda（H={H}，T={T}，chunk={chunk}）")
         err = max(err, kc.compare("o", o, ref_o, what, HINT), kc.compare("S", S, ref_s, what, HINT))
+    # chunk by chunk, or token by token? The work must follow the chunk size.
+    _, x32 = kc.inputs(s, 1, 256)
+    c8, c64 = kc.call(kc.HARNESS, "chunk_calls", x32, 32**-0.5, [8, 64], hint=HINT)
+    if c8 < 1.1 * c64:
+        raise Failure(
+            msg(
+                f"chunk_kda gives the right numbers, but it makes {c8} torch calls with chunk=8 and {c64} with chunk=64 on the "
+                "same 256 tokens: its work does not follow the chunks. The step asks for the chunked form (matrix products per "
+                "chunk), not a token-by-token loop or a call to recurrent_kda.",
+                f"chunk_kda 结果正确，但在同样的 256 个 token 上，chunk=8 时调用了 {c8} 次 torch，chunk=64 时 {c64} 次："
+                "它的计算量与分块无关。这一步要求分块形式（每块做矩阵乘），而不是逐 token 循环或调用 recurrent_kda。",
+            ),
+            [HINT],
+        )
     return (
         msg(
             f"chunk_kda equals the recurrent reference on T = {', '.join(str(c[1]) for c in cases)} (max abs error {err:.2g}).",

@@ -61,3 +61,26 @@ def run_decode(tokens: list[dict[str, torch.Tensor]], s0: torch.Tensor, scale: f
         outs.append(o)
         rep = k.report()
     return {"o": torch.stack(outs), "s": S, "report": rep}
+
+
+def chunk_calls(x: dict[str, torch.Tensor], scale: float, chunks: list[int]) -> list[int]:
+    """How many torch calls chunk_kda makes for each chunk size: a chunked form's count follows the
+    number of chunks, a token-by-token loop's does not depend on the chunk size at all."""
+    from torch.overrides import TorchFunctionMode
+
+    from kda_chunk import chunk_kda
+
+    class Count(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    out = []
+    for c in chunks:
+        Count.calls = 0
+        with Count():
+            chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], x["s0"], scale, c)
+        out.append(Count.calls)
+    return out
