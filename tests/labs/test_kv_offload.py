@@ -1,0 +1,64 @@
+"""kv-offload: the checkers' reference pools and overlap on hand-made cases, and the lab's
+solution against them on random traces (the selftest then runs every check and mutant)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+LAB = Path(__file__).resolve().parents[2] / "labs" / "kv-offload"
+sys.path.insert(0, str(LAB / "checks"))
+sys.path.insert(0, str(LAB / "solution"))
+
+import kvcheck as kc  # noqa: E402
+from kvoff import overlap, pool  # noqa: E402
+from labkit import dsa  # noqa: E402
+
+
+def test_reference_lru_refreshes_hits_and_evicts_the_least_recent() -> None:
+    # 2 slots: A B | A C (A hit, refreshed; C evicts B) | B (miss, evicts A) | C hit
+    assert kc.ref_lru(2, [[1, 2], [1, 3], [2], [3]]) == [[False, False], [True, False], [False], [True]]
+
+
+def test_reference_fifo_hits_change_nothing_and_misses_round_robin() -> None:
+    # one set of 2 ways (n_slots 2, ways 2): 1 2 fill it; 1 hits (pointer stays on way 0);
+    # 3 replaces way 0 (position 1), so 1 misses next and replaces way 1 (position 2)
+    steps = [[1], [2], [1], [3], [1], [2]]
+    assert kc.ref_fifo(2, steps, ways=2) == [[False], [False], [True], [False], [False], [False]]
+    # an LRU keeps 1 (just used) and evicts 2 instead
+    assert kc.ref_lru(2, steps) == [[False], [False], [True], [False], [True], [False]]
+    # a FIFO whose hits move the pointer evicts 2 as well: the checkers tell the two apart
+    assert kc.ref_fifo(2, steps, ways=2, hits_advance=True)[4] == [True]
+
+
+def test_reference_overlap_is_the_share_of_the_current_selection() -> None:
+    trace = torch.tensor([[0, 1, 2, 3], [3, 2, 9, 8], [8, 9, 2, 3]])[:, None, None]
+    assert kc.ref_overlap(trace) == (0.5 + 1.0) / 2
+
+
+def test_the_solution_matches_the_references_on_random_traces() -> None:
+    r = random.Random(0)
+    for universe in (40, 100, 400):
+        steps = [r.sample(range(universe), 32) for _ in range(30)]
+        trace = torch.tensor(steps)[:, None, None]
+        for policy, ref in (("lru", kc.ref_lru), ("fifo", kc.ref_fifo)):
+            for n in (32, 128):
+                p = pool.POLICIES[policy](n)
+                assert [p.plan(s).hit for s in steps] == ref(n, steps), (policy, n, universe)
+                assert abs(pool.hit_rate(trace, policy, n) - kc.ref_hit_rate(trace, policy, n)) < 1e-12
+        assert abs(overlap.mean_overlap(trace) - kc.ref_overlap(trace)) < 1e-12
+
+
+def test_an_lru_pool_of_one_top_k_serves_exactly_the_adjacent_overlap() -> None:
+    trace = kc.model_trace(3, 2, 12)
+    assert abs(kc.ref_hit_rate(trace, "lru", dsa.DSAConfig().topk) - kc.ref_overlap(trace)) < 1e-12
+
+
+def test_checks_derive_unseen_inputs_from_the_run_id(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("LAB_RUN_ID", "a")
+    a = kc.run_seed("x")
+    monkeypatch.setenv("LAB_RUN_ID", "b")
+    assert kc.run_seed("x") != a and 1 not in (a, kc.run_seed("x"))
