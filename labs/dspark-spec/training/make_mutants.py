@@ -436,7 +436,7 @@ mut(
     R,
     [
         (
-            "        reached = sum(1 for a, d in zip(acc, drafted) if d >= j and a >= j - 1)\n",
+            "        reached = sum(1 for a, d in zip(acc, drafted, strict=True) if d >= j and a >= j - 1)\n",
             "        reached = len(acc)\n",
         )
     ],
