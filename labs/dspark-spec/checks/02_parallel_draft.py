@@ -31,6 +31,16 @@ def check() -> tuple[str, dict[str, float]]:
         one_pass = s.report().launches
     worst = 0.0
     for i, ((ctx, last), r) in enumerate(zip(cases, got, strict=True)):
+        if r["launches"] > one_pass:
+            raise Failure(
+                msg(
+                    f"parallel_draft() launched {r['launches']} ops where one drafter pass over the block launches {one_pass}: "
+                    "the block must be drafted in one parallel pass, not position by position.",
+                    f"parallel_draft() 下发了 {r['launches']} 个算子，而对整个块做一次草稿前向只需 {one_pass} 个："
+                    "整块必须一次并行起草，而不是逐个位置起草。",
+                ),
+                [HINT],
+            )
         ref = dc.ref_parallel(ctx, last)
         worst = max(
             worst,
@@ -46,16 +56,6 @@ def check() -> tuple[str, dict[str, float]]:
                 ),
             ),
         )
-        if r["launches"] > one_pass:
-            raise Failure(
-                msg(
-                    f"parallel_draft() launched {r['launches']} ops where one drafter pass over the block launches {one_pass}: "
-                    "the block must be drafted in one parallel pass, not position by position.",
-                    f"parallel_draft() 下发了 {r['launches']} 个算子，而对整个块做一次草稿前向只需 {one_pass} 个："
-                    "整块必须一次并行起草，而不是逐个位置起草。",
-                ),
-                [HINT],
-            )
     return msg(
         f"One drafter pass gives all {d.block_size} positions ({one_pass} ops launched); logits match (max error {worst:.1e}).",
         f"一次草稿前向给出全部 {d.block_size} 个位置（下发 {one_pass} 个算子）；logits 一致（最大误差 {worst:.1e}）。",

@@ -42,13 +42,6 @@ TRIALS, SEED, ALPHA = 6000, 20260, 1e-4
 N = 40
 
 
-def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    n = float(counts.sum())
-    exp = probs * n
-    stat = float(((counts - exp) ** 2 / exp).sum())
-    return float(torch.special.gammaincc(torch.tensor((len(probs) - 1) / 2.0), torch.tensor(stat / 2.0)))
-
-
 def greedy_cases() -> list[tuple[torch.Tensor, list[int], int]]:
     g = torch.Generator().manual_seed(dc.run_seed("verify"))
     cases = []
@@ -125,7 +118,7 @@ def check() -> tuple[str, dict[str, float]]:
     for pos in range(P.shape[0]):
         toks = [e[pos] for e in (e for _, e in samples) if len(e) > pos]
         counts = torch.bincount(torch.tensor(toks, dtype=torch.long), minlength=P.shape[1]).double()
-        pv = chi2_pvalue(counts, P[pos])
+        pv = dc.chi2_pvalue(counts, P[pos])
         pvals.append(pv)
         if pv < ALPHA:
             share = (counts / counts.sum()).tolist()

@@ -67,7 +67,19 @@ def session() -> emu.EmuSession:
 
 
 def call(func: str, *args: Any, hint: str, timeout: float = 60) -> Any:
-    return run_function(HARNESS, func, *args, timeout=timeout, memory_mb=2048).unwrap(hint)
+    """``harness.py: func(*args)`` in a child; a TODO still in the starter is said as such."""
+    res = run_function(HARNESS, func, *args, timeout=timeout, memory_mb=2048)
+    err = res.error
+    if err is not None and err.type == "NotImplementedError":
+        where = next((f"{f.file}:{f.line}" for f in reversed(err.frames)), "dspark/")
+        raise Failure(
+            msg(
+                f"`{err.message}` is not written yet: fill in its TODO ({where}).",
+                f"`{err.message}` 还没有实现：请补全它的 TODO（{where}）。",
+            ),
+            [hint],
+        )
+    return res.unwrap(hint)
 
 
 # -- references ---------------------------------------------------------------------------------
@@ -235,6 +247,13 @@ def contexts(n: int, salt: str) -> list[tuple[torch.Tensor, int]]:
             h = target.hidden(torch.tensor([p]))
             out.append((h[0, -2].clone(), int(p[-1])))
     return out
+
+
+def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson chi-square goodness of fit: P(X >= stat) for X ~ chi2(len(probs) - 1)."""
+    exp = probs.double() * float(counts.sum())
+    stat = float(((counts.double() - exp) ** 2 / exp).sum())
+    return float(torch.special.gammaincc(torch.tensor((len(probs) - 1) / 2.0), torch.tensor(stat / 2.0)))
 
 
 def read_json(name: str, hint: str) -> dict[str, Any]:

@@ -118,6 +118,7 @@ mut(
         "逐个位置起草（每个位置一次草稿前向），而不是一次并行前向",
     ),
     "logic",
+    ("one parallel pass", "一次并行起草"),
 )
 mut(
     "parallel-draft",
