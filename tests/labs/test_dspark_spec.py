@@ -1,4 +1,4 @@
-"""The dspark-spec lab's own statistics and references (the selftest with its 30 mutants runs in
+"""The dspark-spec lab's own statistics and references (the selftest with its mutants runs in
 tests/labs/test_all_labs.py).
 
 - the sampling test of step 5 (chi-square at 1e-4, 6000 runs, fixed p and q): its power against

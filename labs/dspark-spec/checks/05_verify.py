@@ -6,9 +6,10 @@ normalised residual; the emitted tokens follow the target's distribution.
 The sampling test: a fixed target p and draft q (5 tokens, 2 drafted positions), TRIALS runs with
 seed SEED; for each emitted position a chi-square goodness-of-fit test against the target's
 distribution at level ALPHA = 1e-4 (df 4: critical value 23.5). Power (``tests/labs/test_dspark_spec.py``
-simulates it): >= 0.999 against every wrong verifier among the mutants (the draft's own
-distribution, no bonus, a residual not renormalised, p/q inverted); a correct verifier fails with
-probability <= 3e-4 (three tests at 1e-4), for a given seed either always or never."""
+simulates it): >= 0.999 against a verifier that accepts against the draft's own distribution,
+one with p/q inverted and one that accepts only where p > q; a correct verifier fails with
+probability <= 3e-4 (three tests at 1e-4), for a given seed either always or never. A missing bonus
+(emitted length) and an unnormalised residual (compared directly) are caught deterministically."""
 
 from __future__ import annotations
 
@@ -173,8 +174,24 @@ def check() -> tuple[str, dict[str, float]]:
                 ),
                 [HINT],
             )
+        with torch.no_grad():
+            full = dc.models()[0].hidden(torch.tensor([p + ref]))[0]
         cursor = 1
         for i, (dr, a) in enumerate(zip(r["drafts"], r["accepted"], strict=True)):
+            want = full[len(p) + cursor - 2]
+            got_ctx = r["contexts"][i]
+            if not tie and (
+                got_ctx.shape != want.shape or (got_ctx - want).abs().max() > 1e-3 * float(want.abs().max())
+            ):
+                raise Failure(
+                    msg(
+                        f"Iteration {i}: the drafter was given a context that is not the target's hidden state at the position "
+                        f"that produced the last committed token (position {len(p) + cursor - 2}).",
+                        f"第 {i} 轮：交给草稿模型的上下文不是产生最后一个已确认 token 的那个位置"
+                        f"（位置 {len(p) + cursor - 2}）上的目标隐状态。",
+                    ),
+                    [HINT],
+                )
             truth = ref[cursor : cursor + len(dr)]
             a_ref = 0
             while a_ref < len(truth) and dr[a_ref] == truth[a_ref]:
@@ -189,6 +206,16 @@ def check() -> tuple[str, dict[str, float]]:
                     [HINT],
                 )
             cursor += a + 1
+        if r["streams"].get("draft", 0.0) <= 0.0:
+            raise Failure(
+                msg(
+                    "The emulated timeline shows no work on the `draft` stream: issue draft_block inside "
+                    '`with s.stream("draft"):` and make the main stream wait for it before the target verifies.',
+                    '模拟时间线上 `draft` 流没有任何工作：在 `with s.stream("draft"):` 中调用 draft_block，'
+                    "并在目标模型验证之前让主流等待它。",
+                ),
+                [HINT],
+            )
         rd = dc.ref_decode(p, N, tau)
         ref_acc += rd["accepted"]
         got_acc += r["accepted"]

@@ -79,6 +79,15 @@ def call(func: str, *args: Any, hint: str, timeout: float = 60) -> Any:
             ),
             [hint],
         )
+    if err is not None and err.phase == "call" and err.frames:
+        # the harness is ours: name the attendee's exception and frames, not the harness
+        raise Failure(
+            msg(
+                f"Your code raised {err.type}: {err.message}\n{err.format()}",
+                f"你的代码抛出了 {err.type}：{err.message}\n{err.format()}",
+            ),
+            [hint],
+        )
     return res.unwrap(hint)
 
 

@@ -153,9 +153,12 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
     for p in prompts:
         drafts: list[list[int]] = []
         passes: list[list[int]] = []
+        ctxs: list[torch.Tensor] = []
         real_block = dmod.draft_block
 
-        def block(*a: Any, _real: Any = real_block, _log: list = drafts, **k: Any) -> Any:
+        def block(*a: Any, _real: Any = real_block, _log: list = drafts, _ctx: list = ctxs, **k: Any) -> Any:
+            c = a[1] if len(a) > 1 else k.get("context_hidden")
+            _ctx.append(torch.as_tensor(c).detach().float().reshape(-1).clone())
             res = _real(*a, **k)
             _log.append(_ints(res[0]))
             return res
@@ -189,6 +192,7 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
                 "accepted": _ints(stats.get("accepted", [])),
                 "drafted": _ints(stats.get("drafted", [])),
                 "drafts": drafts,
+                "contexts": ctxs,
                 "passes": passes[1:] if passes and passes[0] == list(p) else passes,
                 "tpot_ms": (elapsed - pre) / n,
                 "streams": streams,

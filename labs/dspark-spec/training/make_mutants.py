@@ -387,6 +387,23 @@ mut(
     "missing",
     ("KV cache full", "KV cache full"),
 )
+mut(
+    "verify",
+    "draft-on-main-stream",
+    L,
+    [
+        (
+            '        with s.stream("draft") if s is not None else nullcontext():\n',
+            "        with nullcontext():\n",
+        )
+    ],
+    (
+        "the drafter runs on the main stream: the timeline does not show it apart from the target",
+        "草稿模型在主流上运行：时间线上无法把它与目标模型区分开",
+    ),
+    "missing",
+    ("`draft` stream", "`draft` 流"),
+)
 # -- report
 mut(
     "report",
