@@ -178,6 +178,18 @@ def check() -> tuple[str, dict[str, float]]:
             full = dc.models()[0].hidden(torch.tensor([p + ref]))[0]
         cursor = 1
         for i, (dr, a) in enumerate(zip(r["drafts"], r["accepted"], strict=True)):
+            at = r["offsets"][i]
+            if not tie and at != len(p) + cursor - 1:
+                raise Failure(
+                    msg(
+                        f"Iteration {i}: the target verified the block at cache position {at}, but the last committed token "
+                        f"sits at position {len(p) + cursor - 1}: the positions of rejected draft tokens must be rolled back "
+                        "out of the KV cache (cache.length).",
+                        f"第 {i} 轮：目标模型在缓存位置 {at} 验证这个块，但最后一个已确认 token 位于位置 {len(p) + cursor - 1}："
+                        "被拒绝的草稿 token 的位置必须从 KV 缓存中回退（cache.length）。",
+                    ),
+                    [HINT],
+                )
             want = full[len(p) + cursor - 2]
             got_ctx = r["contexts"][i]
             if not tie and (

@@ -79,6 +79,15 @@ def call(func: str, *args: Any, hint: str, timeout: float = 60) -> Any:
             ),
             [hint],
         )
+    if err is not None and err.type == "ValueError" and "KV cache full" in err.message:
+        raise Failure(
+            msg(
+                f"Your code ran out of KV cache ({err.message}): the positions of rejected draft tokens were not "
+                f"rolled back out of the cache (cache.length).\n{err.format()}",
+                f"你的代码用完了 KV 缓存（{err.message}）：被拒绝的草稿 token 的位置没有从缓存中回退（cache.length）。\n{err.format()}",
+            ),
+            [hint],
+        )
     if err is not None and err.phase == "call" and err.frames:
         # the harness is ours: name the attendee's exception and frames, not the harness
         raise Failure(
@@ -128,10 +137,12 @@ def expect_lossless(got: list[int], ref: list[int], margins: list[float], what: 
                 msg(
                     f"{what} is not lossless: token {i} is {tok.decode([a], skip_special=False)!r} but the target's greedy "
                     f"decode says {tok.decode([b], skip_special=False)!r} (top-2 logit margin {margins[i]:.3f}, not a tie). "
-                    f"Same until then: {tok.decode(ref[:i], skip_special=False)!r}.",
+                    f"Same until then: {tok.decode(ref[:i], skip_special=False)!r}. Check that rejected positions are rolled back "
+                    "out of the KV cache and that no token is emitted without verification.",
                     f"{what} 不是无损的：第 {i} 个 token 是 {tok.decode([a], skip_special=False)!r}，而目标模型的贪心解码是 "
                     f"{tok.decode([b], skip_special=False)!r}（前两名 logit 之差 {margins[i]:.3f}，不是并列）。"
-                    f"此前一致：{tok.decode(ref[:i], skip_special=False)!r}。",
+                    f"此前一致：{tok.decode(ref[:i], skip_special=False)!r}。检查被拒绝的位置是否已从 KV 缓存中回退，"
+                    "以及是否有未经验证就输出的 token。",
                 ),
                 [hint],
             )

@@ -154,6 +154,7 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
         drafts: list[list[int]] = []
         passes: list[list[int]] = []
         ctxs: list[torch.Tensor] = []
+        offsets: list[int] = []
         real_block = dmod.draft_block
 
         def block(*a: Any, _real: Any = real_block, _log: list = drafts, _ctx: list = ctxs, **k: Any) -> Any:
@@ -166,8 +167,15 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
         real_hidden = target.hidden
 
         def hidden(
-            ids: torch.Tensor, *a: Any, _real: Any = real_hidden, _log: list = passes, **k: Any
+            ids: torch.Tensor,
+            *a: Any,
+            _real: Any = real_hidden,
+            _log: list = passes,
+            _at: list = offsets,
+            **k: Any,
         ) -> torch.Tensor:
+            cache = a[0] if a else k.get("cache")
+            _at.append(-1 if cache is None else int(cache.length))
             _log.append(_ints(ids))
             return _real(ids, *a, **k)
 
@@ -194,6 +202,7 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
                 "drafts": drafts,
                 "contexts": ctxs,
                 "passes": passes[1:] if passes and passes[0] == list(p) else passes,
+                "offsets": offsets[1:] if passes and passes[0] == list(p) else offsets,
                 "tpot_ms": (elapsed - pre) / n,
                 "streams": streams,
             }

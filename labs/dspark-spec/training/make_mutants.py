@@ -44,7 +44,7 @@ mut(
         "草稿被拒绝后 KV 缓存仍保留被拒绝的位置",
     ),
     "missing",
-    ("KV cache full", "KV cache full"),
+    ("rolled back", "回退"),
 )
 mut(
     "baseline",
@@ -385,7 +385,7 @@ mut(
     [("        cache.length = pos + 1 + a\n", "")],
     ("the KV cache keeps the rejected draft positions", "KV 缓存保留了被拒绝的草稿位置"),
     "missing",
-    ("KV cache full", "KV cache full"),
+    ("rolled back", "回退"),
 )
 mut(
     "verify",
