@@ -1,0 +1,1 @@
+"""DSpark-style speculative decoding on a tiny target (the dspark-spec lab)."""
