@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 import sys
@@ -42,17 +43,17 @@ def test_every_lab_and_step_in_both_languages(tmp_path: Path) -> None:
             en = site / lab.id / f"{step.id}.html"
             zh = site / lab.id / f"{step.id}.zh.html"
             assert en in pages and zh in pages
-            assert step.spec.title.get("en") in en.read_text(encoding="utf-8")
+            assert html.escape(step.spec.title.get("en"), quote=False) in en.read_text(encoding="utf-8")
             zh_text = zh.read_text(encoding="utf-8")
             assert '<html lang="zh-CN">' in zh_text
-            assert step.spec.title.get("zh") in zh_text
+            assert html.escape(step.spec.title.get("zh"), quote=False) in zh_text
             if step.markdown_zh is not None:  # the Chinese instructions, not the English ones
                 first_zh_line = next(
                     ln
                     for ln in step.markdown_zh.read_text(encoding="utf-8").splitlines()
                     if ln.startswith("#")
                 )
-                assert first_zh_line.lstrip("# ").strip() in zh_text
+                assert html.escape(first_zh_line.lstrip("# ").strip(), quote=False) in zh_text
             assert "run-in-terminal" not in en.read_text(encoding="utf-8")
             assert f"labserver check {lab.id} {step.id}" in zh_text
 

@@ -11,7 +11,7 @@ The shape follows the public DSpark proposal model (``reference/talks-and-hardwa
   Linear(markov_rank -> vocab)`` conditioned on the token chosen at the previous position; the
   lab adds it to the parallel logits one position at a time.
 
-Every op is charged to the current :mod:`labkit.emu` session through :mod:`labkit.models._ops`,
+Every op is charged to the current :mod:`labkit.emu` session through :mod:`labkit.models.ops`,
 so a draft pass, a correction step and a target verify pass all have an emulated cost. The
 weights are trained by ``labs/dspark-spec/training/train_drafter.py`` (distilled from the
 target's greedy continuations) and shipped with the lab; nothing is downloaded.
@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from labkit.models import _ops
+from labkit.models import ops as _ops
 from labkit.models.tiny_moe import RMSNorm
 
 

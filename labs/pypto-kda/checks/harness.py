@@ -66,9 +66,8 @@ def run_decode(tokens: list[dict[str, torch.Tensor]], s0: torch.Tensor, scale: f
 def chunk_calls(x: dict[str, torch.Tensor], scale: float, chunks: list[int]) -> list[int]:
     """How many torch calls chunk_kda makes for each chunk size: a chunked form's count follows the
     number of chunks, a token-by-token loop's does not depend on the chunk size at all."""
-    from torch.overrides import TorchFunctionMode
-
     from kda_chunk import chunk_kda
+    from torch.overrides import TorchFunctionMode
 
     class Count(TorchFunctionMode):
         calls = 0

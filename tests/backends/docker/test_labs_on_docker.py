@@ -1,5 +1,8 @@
 """Every lab's self-test on the Docker backend: the starter fails each check and the solution passes
-each, with checks in grader containers from the cpu-emu image (the image carries what labs need)."""
+each, with checks in grader containers from the cpu-emu image (the image carries what labs need, and
+the lab's files are read-only there). The mutants run on Docker for one lab (getting-started): they
+prove the same checkers on the local backend in tests/labs, and the Docker path once.
+`make labs` runs this file beside the local self-tests, on both cores."""
 
 from __future__ import annotations
 
@@ -30,7 +33,9 @@ def test_selftest_on_docker(lab_dir, tmp_path, cpu_emu_image: str) -> None:  # t
     async def go():  # type: ignore[no-untyped-def]
         backend = DockerBackend(settings)
         try:
-            return await run_selftest(lab, settings=settings, backend=backend)
+            return await run_selftest(
+                lab, settings=settings, backend=backend, mutants=lab.id == "getting-started"
+            )
         finally:
             await backend.aclose()
 
