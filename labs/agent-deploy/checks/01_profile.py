@@ -28,39 +28,34 @@ def check() -> tuple[str, dict]:
                 f"profile() 必须返回包含 {', '.join(sorted(exp))} 的 dict；它返回了 {str(got)[:200]}。",
             ),
         )
-        label = msg("the eager baseline", "eager 基线") if case == "baseline" else msg(
-            "a graph-mode model (the checker's own)", "图模式模型（检查器自己构建的）"
+        label = (
+            msg("the eager baseline", "eager 基线")
+            if case == "baseline"
+            else msg("a graph-mode model (the checker's own)", "图模式模型（检查器自己构建的）")
         )
         ms, ems = float(got["ms_per_token"]), exp["ms_per_token"]
         if not ar.close(ms, ems):
-            hints = []
+            why = msg(
+                "Use the emulated time of an emu.session (never wall time), over every prompt, divided by the decoded tokens.",
+                "使用 emu.session 的仿真时间（不要用墙钟时间），覆盖所有提示词，再除以解码出的 token 数。",
+            )
             if case == "graph" and ms > ems * 1.01:
-                hints.append(
-                    msg(
-                        "The figure includes the one-time graph capture and compile: run the same model once "
-                        "to warm up (not a clone: a clone has its own compile cache), then measure.",
-                        "这个数包含了一次性的图捕获与编译：先在同一个模型上跑一遍预热（不要用 clone：clone 有自己的编译缓存），再测量。",
-                    )
+                why = msg(
+                    "It includes the one-time graph capture and compile: warm up on the same model first (not a "
+                    "clone: a clone has its own compile cache), then measure.",
+                    "这个数包含了一次性的图捕获与编译：先在同一个模型上预热（不要用 clone：clone 有自己的编译缓存），再测量。",
                 )
-            if ar.close(ms, ems * (n - 1) / n, 1e-3):
-                hints.append(
-                    msg(
-                        f"You divided by {n} tokens: the first token comes from prefill, which is not charged, so a run decodes {n - 1}.",
-                        f"你除以了 {n} 个 token：第一个 token 来自不计费的预填充，一次运行只解码 {n - 1} 个。",
-                    )
+            elif ar.close(ms, ems * (n - 1) / n, 1e-3):
+                why = msg(
+                    f"You divided by {n} tokens: the first token comes from prefill, which is not charged, so a run decodes {n - 1}.",
+                    f"你除以了 {n} 个 token：第一个 token 来自不计费的预填充，一次运行只解码 {n - 1} 个。",
                 )
             raise Failure(
                 msg(
-                    f"ms_per_token for {label} is {ms:.5f}, the checker measures {ems:.5f} ms (emulated, steady state).",
+                    f"ms_per_token for {label} is {ms:.5f}, the checker measures {ems:.5f} ms (emulated, steady state). ",
                     f"{label}的 ms_per_token 为 {ms:.5f}，检查器测得 {ems:.5f} ms（仿真、稳态）。",
-                ),
-                hints
-                or [
-                    msg(
-                        "Use the emulated time of an emu.session (never wall time), over every prompt, divided by the decoded tokens.",
-                        "使用 emu.session 的仿真时间（不要用墙钟时间），覆盖所有提示词，再除以解码出的 token 数。",
-                    )
-                ],
+                )
+                + why
             )
         for key, what in (
             ("launches_per_token", msg("launches per token", "每 token 算子下发次数")),

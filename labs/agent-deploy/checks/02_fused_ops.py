@@ -22,7 +22,9 @@ HINTS = {
         "npu_add_rms_norm returns (y, rstd, x): the normalised y and the new residual x = x1 + x2.",
         "npu_add_rms_norm 返回 (y, rstd, x)：归一化后的 y 和新的残差 x = x1 + x2。",
     ),
-    "swiglu": msg("npu_swiglu's first half is the gate: silu(a) * b.", "npu_swiglu 的前一半是门：silu(a) * b。"),
+    "swiglu": msg(
+        "npu_swiglu's first half is the gate: silu(a) * b.", "npu_swiglu 的前一半是门：silu(a) * b。"
+    ),
     "gating": msg(
         "npu_moe_gating_top_k_softmax gives the softmax probabilities of the top k: renormalise them to sum to 1, as the model's router does.",
         "npu_moe_gating_top_k_softmax 给出前 k 个专家的 softmax 概率：需要像模型路由那样重新归一化，使其和为 1。",
@@ -53,12 +55,14 @@ def check() -> tuple[str, dict]:
     )
     for i, (got, exp) in enumerate(zip(res["tokens"], ref_tokens, strict=True)):
         if got != exp:
-            j = next((k for k, (a, b) in enumerate(zip(got, exp)) if a != b), min(len(got), len(exp)))
+            j = next(
+                (k for k, (a, b) in enumerate(zip(got, exp, strict=False)) if a != b), min(len(got), len(exp))
+            )
             raise Failure(
                 msg(
-                    f"With the fused ops the tokens changed: prompt {i + 1}, new token {j + 1} is {got[j:j + 1]} instead of {exp[j:j + 1]}. "
+                    f"With the fused ops the tokens changed: prompt {i + 1}, new token {j + 1} is {got[j : j + 1]} instead of {exp[j : j + 1]}. "
                     "A fused op must compute exactly what the eager ops compute.",
-                    f"使用融合算子后 token 变了：第 {i + 1} 个提示词的第 {j + 1} 个新 token 为 {got[j:j + 1]}，应为 {exp[j:j + 1]}。"
+                    f"使用融合算子后 token 变了：第 {i + 1} 个提示词的第 {j + 1} 个新 token 为 {got[j : j + 1]}，应为 {exp[j : j + 1]}。"
                     "融合算子的结果必须与 eager 算子完全一致。",
                 ),
                 list(HINTS.values()),
@@ -66,14 +70,20 @@ def check() -> tuple[str, dict]:
     exp_m = ar.measure(ar.chain("fused_ops"), ps, n)
     got_m = res["measure"]
     expect(
-        got_m["launches_per_token"] <= exp_m["launches_per_token"] + 1e-9 and got_m["ms_per_token"] <= exp_m["ms_per_token"] * (1 + 1e-4),
+        got_m["launches_per_token"] <= exp_m["launches_per_token"] + 1e-9
+        and got_m["ms_per_token"] <= exp_m["ms_per_token"] * (1 + 1e-4),
         msg(
             f"The fused model takes {got_m['launches_per_token']:.1f} launches and {got_m['ms_per_token']:.4f} ms per token; "
             f"with one kernel per fused op it is {exp_m['launches_per_token']:.1f} launches and {exp_m['ms_per_token']:.4f} ms.",
             f"融合后的模型每 token {got_m['launches_per_token']:.1f} 次下发、{got_m['ms_per_token']:.4f} ms；"
             f"每个融合算子一个 kernel 时应为 {exp_m['launches_per_token']:.1f} 次下发、{exp_m['ms_per_token']:.4f} ms。",
         ),
-        [msg("Call each fused op once, with no eager op beside it.", "每个融合算子只调用一次，旁边不要再有 eager 算子。")],
+        [
+            msg(
+                "Call each fused op once, with no eager op beside it.",
+                "每个融合算子只调用一次，旁边不要再有 eager 算子。",
+            )
+        ],
     )
     good, broken = res["verify_good"], res["verify_broken"]
     expect(

@@ -65,7 +65,9 @@ def check() -> tuple[str, dict]:
     broken = ar.rel_rms(ref, ar.quant_all_fp4(ref.clone()), ps, n)
     good, bad = res["verify_good"], res["verify_broken"]
     expect(
-        isinstance(good, dict) and isinstance(good.get("value"), (int, float)) and ar.close(float(good["value"]), value, 1e-3),
+        isinstance(good, dict)
+        and isinstance(good.get("value"), (int, float))
+        and ar.close(float(good["value"]), value, 1e-3),
         msg(
             f"verify() reports a logits error of {good.get('value') if isinstance(good, dict) else good} for your skill; "
             f"the checker recomputes {value:.4g} (relative RMS of candidate minus reference logits, teacher-forced on the reference's tokens).",
@@ -98,7 +100,8 @@ def check() -> tuple[str, dict]:
     exp_m = ar.measure(ar.chain("fused_ops", "graph_mode", "quant_mx"), ps, n)
     got_m = res["measure"]
     expect(
-        got_m["weight_bytes"] == exp_m["weight_bytes"] and ar.close(got_m["ms_per_token"], exp_m["ms_per_token"]),
+        got_m["weight_bytes"] == exp_m["weight_bytes"]
+        and ar.close(got_m["ms_per_token"], exp_m["ms_per_token"]),
         msg(
             f"Weights {got_m['weight_bytes']} B and {got_m['ms_per_token']:.4f} ms/token; the recipe's formats give "
             f"{exp_m['weight_bytes']} B and {exp_m['ms_per_token']:.4f} ms/token.",
@@ -116,7 +119,12 @@ def check() -> tuple[str, dict]:
             f"权重 {before['weight_bytes'] / 2**20:.2f} -> {got_m['weight_bytes'] / 2**20:.2f} MiB，"
             f"{before['ms_per_token']:.4f} -> {got_m['ms_per_token']:.4f} ms/token。",
         ),
-        {"logits_rel_rms": value, "broken_rel_rms": broken, "tol": tol, "weight_bytes": got_m["weight_bytes"]},
+        {
+            "logits_rel_rms": value,
+            "broken_rel_rms": broken,
+            "tol": tol,
+            "weight_bytes": got_m["weight_bytes"],
+        },
     )
 
 

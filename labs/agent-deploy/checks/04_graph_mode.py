@@ -19,7 +19,10 @@ def check() -> tuple[str, dict]:
     res = ar.run_harness("h_graph", "skills/graph_mode.py", ps, n)
     expect(
         res["state"]["graph"] is True,
-        msg("model.graph is still False: the skill must turn graph mode on.", "model.graph 仍为 False：这个技能需要开启图模式。"),
+        msg(
+            "model.graph is still False: the skill must turn graph mode on.",
+            "model.graph 仍为 False：这个技能需要开启图模式。",
+        ),
     )
     expect(
         res["experts"] == "grouped_experts",

@@ -27,13 +27,6 @@ def check() -> tuple[str, dict]:
     r = res["broken"]
     d = r["decision"]
     expect(
-        d.get("decision") == "reject",
-        msg(
-            f"try_skill kept the W4A4-everywhere skill (decision {d.get('decision')!r}) although its logits fail the gate.",
-            f"try_skill 保留了全 W4A4 技能（decision 为 {d.get('decision')!r}），尽管它的 logits 没有通过门限。",
-        ),
-    )
-    expect(
         r["model_state_after"] == r["model_state_before"] and not r["weights_replaced"],
         msg(
             "The rejected skill's change stays applied: the model passed to try_skill was modified "
@@ -41,6 +34,13 @@ def check() -> tuple[str, dict]:
             "(model.clone()) so that a rollback leaves the model as it was.",
             "被拒绝技能的改动仍然生效：传给 try_skill 的模型被修改了"
             f"（例如 {', '.join(r['weights_replaced']) or '算子表或格式'}）。把技能应用到副本（model.clone()）上，回滚时模型才保持原样。",
+        ),
+    )
+    expect(
+        d.get("decision") == "reject",
+        msg(
+            f"try_skill kept the W4A4-everywhere skill (decision {d.get('decision')!r}) although its logits fail the gate.",
+            f"try_skill 保留了全 W4A4 技能（decision 为 {d.get('decision')!r}），尽管它的 logits 没有通过门限。",
         ),
     )
     expect(
@@ -83,7 +83,9 @@ def check() -> tuple[str, dict]:
     )
     w = _why(d)
     expect(
-        w.get("code") == "no_gain" and isinstance(w.get("value"), (int, float)) and ar.close(float(w["value"]), b_ms / a_ms, 1e-3),
+        w.get("code") == "no_gain"
+        and isinstance(w.get("value"), (int, float))
+        and ar.close(float(w["value"]), b_ms / a_ms, 1e-3),
         msg(
             f"The rejection of the slower skill must say why: why = {{code: 'no_gain', metric: 'speedup', value: {b_ms / a_ms:.4f}, ...}}; it says {w or d.get('why')}.",
             f"拒绝更慢的技能时必须说明原因：why = {{code: 'no_gain', metric: 'speedup', value: {b_ms / a_ms:.4f}, ...}}；现在是 {w or d.get('why')}。",

@@ -15,7 +15,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the
 import adref as ar  # noqa: E402
 from labkit.check import Failure, expect, main, msg  # noqa: E402
 
-FILES = ("decision_log.json", "decision_log.md", "decision_log.zh.md", "staged_table.md", "staged_table.zh.md")
+FILES = (
+    "decision_log.json",
+    "decision_log.md",
+    "decision_log.zh.md",
+    "staged_table.md",
+    "staged_table.zh.md",
+)
 REL = 1e-3  # the attendee's skills passed steps 2-5 against the same figures at 1e-4
 
 
@@ -37,7 +43,10 @@ def check() -> tuple[str, dict]:
     )
     expect(
         sorted(d.get("skill") for d in hist) == res["skills"],
-        msg(f"The log's skills are {[d.get('skill') for d in hist]}.", f"日志中的技能为 {[d.get('skill') for d in hist]}。"),
+        msg(
+            f"The log's skills are {[d.get('skill') for d in hist]}.",
+            f"日志中的技能为 {[d.get('skill') for d in hist]}。",
+        ),
     )
     kept: list[str] = []
     baseline = None
@@ -70,10 +79,18 @@ def check() -> tuple[str, dict]:
             value = ar.rel_rms(cur, cand, ps, n)
             ok = value <= float(v.get("tol", -1))
         else:
-            value = float(sum(x != y for a, c in zip(ar.tokens(cur, ps, n), ar.tokens(cand, ps, n)) for x, y in zip(a, c)))
+            value = float(
+                sum(
+                    x != y
+                    for a, c in zip(ar.tokens(cur, ps, n), ar.tokens(cand, ps, n), strict=True)
+                    for x, y in zip(a, c, strict=False)
+                )
+            )
             ok = value == 0
         expect(
-            _num(v.get("value")) is not None and ar.close(float(v["value"]), value, 1e-2) and bool(v.get("passed")) == ok,
+            _num(v.get("value")) is not None
+            and ar.close(float(v["value"]), value, 1e-2)
+            and bool(v.get("passed")) == ok,
             msg(
                 f"Decision {i} ({name}): the log's verification is {v}, the checker recomputes {v.get('metric')} = {value:.4g} ({'pass' if ok else 'fail'}).",
                 f"第 {i} 个决策（{name}）：日志中的验证为 {v}，检查器重新计算 {v.get('metric')} = {value:.4g}（{'通过' if ok else '未通过'}）。",
@@ -82,7 +99,9 @@ def check() -> tuple[str, dict]:
         w = d.get("why") or {}
         if not ok:
             expect(
-                d.get("decision") == "reject" and w.get("code") == "verification" and _num(w.get("value")) is not None,
+                d.get("decision") == "reject"
+                and w.get("code") == "verification"
+                and _num(w.get("value")) is not None,
                 msg(
                     f"Decision {i} ({name}) failed verification, so it must be rejected with why = verification and the figure; the log says {d.get('decision')}, {w}.",
                     f"第 {i} 个决策（{name}）验证未通过，应被拒绝，且 why 为 verification 并给出数值；日志中是 {d.get('decision')}，{w}。",
@@ -138,14 +157,21 @@ def check() -> tuple[str, dict]:
     missing = [f for f in FILES if f not in files]
     expect(
         not missing,
-        msg(f"write_log() did not write {', '.join(missing)}.", f"write_log() 没有写出 {', '.join(missing)}。"),
+        msg(
+            f"write_log() did not write {', '.join(missing)}.", f"write_log() 没有写出 {', '.join(missing)}。"
+        ),
     )
     expect(
-        re.search(r"[\u4e00-\u9fff]", files["decision_log.zh.md"]) and re.search(r"[\u4e00-\u9fff]", files["staged_table.zh.md"]),
+        re.search(r"[\u4e00-\u9fff]", files["decision_log.zh.md"])
+        and re.search(r"[\u4e00-\u9fff]", files["staged_table.zh.md"]),
         msg("The .zh.md files have no Chinese text.", ".zh.md 文件中没有中文。"),
     )
     for fname in ("staged_table.md", "staged_table.zh.md"):
-        rows = [ln for ln in files[fname].splitlines() if ln.startswith("|") and re.search(r"\d", ln) and "---" not in ln]
+        rows = [
+            ln
+            for ln in files[fname].splitlines()
+            if ln.startswith("|") and re.search(r"\d", ln) and "---" not in ln
+        ]
         labels = [s for s, _ in stages]
         expect(
             len(rows) == len(stages),
@@ -199,7 +225,13 @@ def check() -> tuple[str, dict]:
             f"{stages[0][1]:.4f} -> {stages[-1][1]:.4f} ms/token，{total:.2f}x（演讲在昇腾 950 上：103.18 -> 17.98 ms，5.74x；"
             "A3 报告：293 -> 28.44 ms，10.3x）。决策日志见下方检查日志。",
         ),
-        {"baseline_ms": stages[0][1], "final_ms": stages[-1][1], "speedup": total, "kept": len(kept), "rejected": len(rejected)},
+        {
+            "baseline_ms": stages[0][1],
+            "final_ms": stages[-1][1],
+            "speedup": total,
+            "kept": len(kept),
+            "rejected": len(rejected),
+        },
     )
 
 

@@ -62,7 +62,9 @@ def h_fused(ps: list[list[int]], n: int) -> dict:
     out["measure"] = ar.measure(cand.clone(), ps, n)
     spec = sk.SKILL.get("verify", {})
     out["verify_good"] = _plain(verify(ref, cand, spec, ps, n))
-    out["verify_broken"] = _plain(verify(ref, ar.swiglu_swapped(ar.fused(ref.clone())), {"kind": "tokens"}, ps, n))
+    out["verify_broken"] = _plain(
+        verify(ref, ar.swiglu_swapped(ar.fused(ref.clone())), {"kind": "tokens"}, ps, n)
+    )
     return out
 
 
@@ -104,10 +106,18 @@ def h_mtp(ps: list[list[int]], n: int) -> dict:
     base = ar.chain("fused_ops", "graph_mode", "quant_mx")
     cand = base.clone()
     sk.apply(cand)
-    out: dict[str, Any] = {"skill": _plain(sk.SKILL), "state": _plain(cand.state()), "tokens": [], "stats": []}
+    out: dict[str, Any] = {
+        "skill": _plain(sk.SKILL),
+        "state": _plain(cand.state()),
+        "tokens": [],
+        "stats": [],
+    }
+    out["ref_stats"] = []
     for p in ps:
         out["tokens"].append(cand.generate(p, n))
         out["stats"].append(_plain(getattr(cand, "spec_stats", None)))
+        ar.generate_mtp(cand, p, n)  # the reference loop on the attendee's model and draft path
+        out["ref_stats"].append(_plain(cand.spec_stats))
     out["measure"] = ar.measure(cand.clone(), ps, n)
     eager = ar.fresh()
     out["eager_tokens"] = [generate_mtp(eager, p, n) for p in ps]
@@ -125,11 +135,23 @@ def h_rollback(ps: list[list[int]], n: int) -> dict:
     cases = {
         "broken": (
             ("fused_ops", "graph_mode", "quant_mx"),
-            _ns("checker_fp4_all", ar.quant_all_fp4, {"kind": "logits", "tol": 0.12}, "W4A4 everywhere", "全部 W4A4"),
+            _ns(
+                "checker_fp4_all",
+                ar.quant_all_fp4,
+                {"kind": "logits", "tol": 0.12},
+                "W4A4 everywhere",
+                "全部 W4A4",
+            ),
         ),
         "slow": (
             ("fused_ops",),
-            _ns("checker_eager_gating", ar.unfused_norm, {"kind": "tokens"}, "eager gating back", "换回 eager 门控"),
+            _ns(
+                "checker_eager_gating",
+                ar.unfused_norm,
+                {"kind": "tokens"},
+                "eager gating back",
+                "换回 eager 门控",
+            ),
         ),
         "good": (("fused_ops",), _ns("checker_graph", ar.graph, {"kind": "tokens"}, "graph mode", "图模式")),
     }
@@ -158,4 +180,9 @@ def h_workflow(ps: list[list[int]], n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         write_log(history, tmp)
         files = {p.name: p.read_text(encoding="utf-8") for p in Path(tmp).iterdir() if p.is_file()}
-    return {"history": _plain(history), "files": files, "final": _plain(final.state()), "skills": sorted(skills)}
+    return {
+        "history": _plain(history),
+        "files": files,
+        "final": _plain(final.state()),
+        "skills": sorted(skills),
+    }

@@ -14,7 +14,6 @@ import random
 from typing import Any
 
 import torch
-
 from labkit import emu, mx
 from labkit.deploy import DeployModel, eager_gating, grouped_experts
 from labkit.models import corpus, load_tiny_moe
@@ -172,7 +171,13 @@ def mtp(m: DeployModel) -> DeployModel:
     return m
 
 
-SKILLS = {"fused_ops": fused, "graph_mode": graph, "quant_mx": quant, "quant_mxfp4_all": quant_all_fp4, "mtp": mtp}
+SKILLS = {
+    "fused_ops": fused,
+    "graph_mode": graph,
+    "quant_mx": quant,
+    "quant_mxfp4_all": quant_all_fp4,
+    "mtp": mtp,
+}
 
 
 def chain(*names: str) -> DeployModel:

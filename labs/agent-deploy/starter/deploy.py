@@ -13,7 +13,6 @@ import argparse
 import sys
 
 import torch
-
 from agent.log import render_table, write_log
 from agent.measure import PROFILE
 from agent.runner import load_skills, run_workflow
@@ -43,7 +42,9 @@ def main(argv=None):
             sys.exit("--llm needs AGENT_LLM_BASE_URL and AGENT_LLM_MODEL")
     base, tok = load_tiny_moe()
     prompts = [tok.encode(p, bos=True) for p in PROMPTS]
-    _, history = run_workflow(DeployModel(base), load_skills("skills"), prompts, args.tokens, proposer, args.profile)
+    _, history = run_workflow(
+        DeployModel(base), load_skills("skills"), prompts, args.tokens, proposer, args.profile
+    )
     out = write_log(history, args.out)
     print(render_table(history))
     print(f"decision log: {out}/decision_log.md ({out}/decision_log.zh.md)")

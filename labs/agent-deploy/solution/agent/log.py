@@ -35,7 +35,7 @@ T = {
         "what": "改动内容",
         "proposed": "提议者",
         "profile": "提议前的性能剖析",
-        "profile_row": "每 token：算子下发 {launch_ms:.3f} ms，计算 {compute_ms:.3f} ms，访存 {memory_ms:.3f} ms（{bound} 受限）",
+        "profile_row": "每 token：算子下发 {launch_ms:.3f} ms，计算 {compute_ms:.3f} ms，访存 {memory_ms:.3f} ms（{bound_zh}受限）",
         "verification": "验证",
         "measured": "测量",
         "not_measured": "未测量（验证未通过）",
@@ -55,8 +55,9 @@ def why_text(d, lang="en"):
     return T[lang][f"why_{w['code']}"].format(**w)
 
 
-def _check_text(v):
-    return f"{v['metric']} = {v['value']:.4g} (≤ {v['tol']:g}) {'✓' if v['passed'] else '✗'}"
+def _check_text(v, lang="en"):
+    limit = "limit" if lang == "en" else "上限"
+    return f"{v['metric']} = {v['value']:.4g} ({limit} {v['tol']:g}) {'✓' if v['passed'] else '✗'}"
 
 
 def render_log(history, lang="en"):
@@ -66,7 +67,7 @@ def render_log(history, lang="en"):
         after = f"{d['after']['ms_per_token']:.4f}" if d["after"] else "–"
         speed = f"{d['speedup']:.2f}x" if d["speedup"] else "–"
         lines.append(
-            f"| {i} | `{d['skill']}` | {_check_text(d['verify'])} | {d['before']['ms_per_token']:.4f} → {after} "
+            f"| {i} | `{d['skill']}` | {_check_text(d['verify'], lang)} | {d['before']['ms_per_token']:.4f} → {after} "
             f"| {speed} | **{t[d['decision']]}** | {why_text(d, lang)} |"
         )
     for i, d in enumerate(history, 1):
@@ -75,8 +76,11 @@ def render_log(history, lang="en"):
         if "proposed_by" in d:
             lines.append(f"- {t['proposed']}: {d['proposed_by']}: {d['proposal']}")
         if "profile" in d:
-            lines.append(f"- {t['profile']}: {t['profile_row'].format(**d['profile'])}")
-        lines.append(f"- {t['verification']}: {_check_text(d['verify'])}")
+            bound_zh = {"launch": "下发", "compute": "计算", "memory": "访存"}.get(
+                d["profile"]["bound"], d["profile"]["bound"]
+            )
+            lines.append(f"- {t['profile']}: {t['profile_row'].format(bound_zh=bound_zh, **d['profile'])}")
+        lines.append(f"- {t['verification']}: {_check_text(d['verify'], lang)}")
         if d["after"]:
             b, a = d["before"], d["after"]
             lines.append(
@@ -91,7 +95,9 @@ def render_log(history, lang="en"):
 
 
 def stages(history):
-    """``[(label, ms_per_token, step gain or None, cumulative)]``: the baseline, then each kept skill."""
+    """``[(label, ms_per_token, step gain or None, cumulative)]``: the baseline (label
+    ``"baseline"``, its ms per token before the first decision), then one row per kept skill,
+    in order: step gain over the previous row, cumulative over the baseline."""
     if not history:
         return []
     base = history[0]["before"]["ms_per_token"]
@@ -111,7 +117,10 @@ def render_table(history, lang="en"):
         lines.append(f"| {name} | {ms:.4f} | {'–' if gain is None else f'{gain:.2f}x'} | {cum:.2f}x |")
     rejected = [d for d in history if d["decision"] == "reject"]
     if rejected:
-        lines += ["", f"{t['rejected']}: " + "; ".join(f"`{d['skill']}` ({why_text(d, lang)})" for d in rejected)]
+        lines += [
+            "",
+            f"{t['rejected']}: " + "; ".join(f"`{d['skill']}` ({why_text(d, lang)})" for d in rejected),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +128,9 @@ def write_log(history, out="out"):
     """``out/decision_log.json``, ``out/decision_log.md`` / ``.zh.md`` and ``out/staged_table.md`` / ``.zh.md``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "decision_log.json").write_text(json.dumps(history, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "decision_log.json").write_text(
+        json.dumps(history, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     for lang, suffix in (("en", ""), ("zh", ".zh")):
         (out / f"decision_log{suffix}.md").write_text(render_log(history, lang), encoding="utf-8")
         (out / f"staged_table{suffix}.md").write_text(render_table(history, lang), encoding="utf-8")

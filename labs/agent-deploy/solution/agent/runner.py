@@ -52,14 +52,24 @@ def try_skill(model, skill, prompts, n, profile_name=PROFILE, before=None):
     }
     if not check["passed"]:
         decision["decision"] = "reject"
-        decision["why"] = {"code": "verification", "metric": check["metric"], "value": check["value"], "tol": check["tol"]}
+        decision["why"] = {
+            "code": "verification",
+            "metric": check["metric"],
+            "value": check["value"],
+            "tol": check["tol"],
+        }
         return model, decision
     after = measure(cand, prompts, n, profile_name)
     decision["after"] = summary(after)
     decision["speedup"] = before["ms_per_token"] / after["ms_per_token"]
     if decision["speedup"] < MIN_GAIN:
         decision["decision"] = "reject"
-        decision["why"] = {"code": "no_gain", "metric": "speedup", "value": decision["speedup"], "tol": MIN_GAIN}
+        decision["why"] = {
+            "code": "no_gain",
+            "metric": "speedup",
+            "value": decision["speedup"],
+            "tol": MIN_GAIN,
+        }
         return model, decision
     decision["decision"] = "accept"
     decision["why"] = {"code": "accepted", "metric": "speedup", "value": decision["speedup"], "tol": MIN_GAIN}
@@ -79,11 +89,16 @@ def run_workflow(model, skills, prompts, n, proposer=None, profile_name=PROFILE)
         prof = profile(model, prompts, n, profile_name)
         if baseline is None:
             baseline = prof["ms_per_token"]
-        brief = {k: prof[k] for k in ("ms_per_token", "launch_ms", "compute_ms", "memory_ms", "bound", "weight_bytes")}
+        brief = {
+            k: prof[k]
+            for k in ("ms_per_token", "launch_ms", "compute_ms", "memory_ms", "bound", "weight_bytes")
+        }
         candidates = {name: mod.SKILL["what"]["en"] for name, mod in remaining.items()}
         past = [{k: d[k] for k in ("skill", "decision", "speedup")} for d in history]
         proposal = propose_with_fallback(proposer, brief, candidates, past)
-        model, decision = try_skill(model, remaining.pop(proposal.skill), prompts, n, profile_name, before=prof)
+        model, decision = try_skill(
+            model, remaining.pop(proposal.skill), prompts, n, profile_name, before=prof
+        )
         decision["proposed_by"] = proposal.source
         decision["proposal"] = proposal.reason
         decision["profile"] = {k: brief[k] for k in ("launch_ms", "compute_ms", "memory_ms", "bound")}

@@ -7,10 +7,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from labkit.deploy import propose_with_fallback
+from labkit.deploy import propose_with_fallback  # noqa: F401 (for run_workflow)
 
-from .measure import PROFILE, measure, profile
-from .verify import verify
+from .measure import PROFILE, measure, profile  # noqa: F401
+from .verify import verify  # noqa: F401
 
 #: a skill is kept only when it verifies and makes decode at least this much faster
 MIN_GAIN = 1.005

@@ -6,17 +6,17 @@ Used by the agent-deploy lab (talk 2: Hy3 deployment optimised by an agent workf
 
 from .model import (
     GRAPH_COMPILE_LAUNCHES,
-    eager_experts,
-    grouped_experts,
     GROUPS,
     DeployModel,
     Ops,
     eager_add_rms_norm,
+    eager_experts,
     eager_gating,
     eager_rms_norm,
     eager_swiglu,
     greedy,
     group_of,
+    grouped_experts,
 )
 from .propose import (
     OpenAIProposer,

@@ -80,7 +80,9 @@ def eager_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Te
     ms = sq.mean(-1, keepdim=True)
     r = torch.rsqrt(ms + eps)
     y = (x * r) * gamma
-    emu.account("rms_norm", flops=4.0 * x.numel(), bytes=_nb(x, sq, sq, ms, ms, r, x, y, y, gamma, y), launches=5)
+    emu.account(
+        "rms_norm", flops=4.0 * x.numel(), bytes=_nb(x, sq, sq, ms, ms, r, x, y, y, gamma, y), launches=5
+    )
     return y
 
 
@@ -111,11 +113,15 @@ def eager_gating(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     w, idx = w[..., :k], idx[..., :k]
     s = w.sum(-1, keepdim=True)
     w = (w / s).to(logits.dtype)
-    emu.account("moe_gating", flops=6.0 * logits.numel(), bytes=_nb(logits, probs, probs, w, idx, w, s, w), launches=4)
+    emu.account(
+        "moe_gating", flops=6.0 * logits.numel(), bytes=_nb(logits, probs, probs, w, idx, w, s, w), launches=4
+    )
     return w, idx
 
 
-def eager_experts(model: DeployModel, block: str, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def eager_experts(
+    model: DeployModel, block: str, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor
+) -> torch.Tensor:
     """Routed experts one by one (eager): per expert with rows, gate_up, SwiGLU, down and a
     weighted add, so the launches grow with the number of distinct experts in the batch."""
     out = torch.zeros_like(x)
@@ -133,7 +139,9 @@ def _weight_nbytes(t: Any) -> int:
     return int(t.nbytes) if isinstance(t, mx.MXTensor) else t.numel() * t.element_size()
 
 
-def _grouped(model: DeployModel, names: list[str], xs: torch.Tensor, counts: list[int], op: str) -> torch.Tensor:
+def _grouped(
+    model: DeployModel, names: list[str], xs: torch.Tensor, counts: list[int], op: str
+) -> torch.Tensor:
     """One grouped matmul over rows sorted by expert (``npu_grouped_matmul`` with a group list):
     one launch (two with MX activations: the dynamic quant), the active experts' weight bytes."""
     outs = []
@@ -150,7 +158,9 @@ def _grouped(model: DeployModel, names: list[str], xs: torch.Tensor, counts: lis
     act_bytes = float(xs.numel() * xs.element_size())
     if act is not None:
         q_bytes = xs.numel() * mx.get_format(act).bits_per_element / 8
-        emu.account("dynamic_mx_quant", flops=4.0 * xs.numel(), bytes=act_bytes + q_bytes, fused=True, dtype=act)
+        emu.account(
+            "dynamic_mx_quant", flops=4.0 * xs.numel(), bytes=act_bytes + q_bytes, fused=True, dtype=act
+        )
         act_bytes = q_bytes
     emu.account(
         op,
@@ -162,7 +172,9 @@ def _grouped(model: DeployModel, names: list[str], xs: torch.Tensor, counts: lis
     return y
 
 
-def grouped_experts(model: DeployModel, block: str, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def grouped_experts(
+    model: DeployModel, block: str, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor
+) -> torch.Tensor:
     """The routed experts as grouped matmuls (the ``npu_moe_init_routing`` + ``npu_grouped_matmul``
     + ``npu_moe_finalize_routing`` form the Hy3 graph stage uses): sort the (token, expert) rows
     by expert, one grouped gate_up, one SwiGLU, one grouped down, one weighted unsort-and-sum.
@@ -284,7 +296,13 @@ class DeployModel:
         return {
             "ops": self.ops.changed(),
             "formats": {
-                g: sorted({t.fmt.name for n, t in self.weights.items() if group_of(n) == g and isinstance(t, mx.MXTensor)})
+                g: sorted(
+                    {
+                        t.fmt.name
+                        for n, t in self.weights.items()
+                        if group_of(n) == g and isinstance(t, mx.MXTensor)
+                    }
+                )
                 for g in GROUPS
             },
             "act_fmt": {g: f for g, f in self.act_fmt.items() if f},
@@ -324,7 +342,13 @@ class DeployModel:
         if act is not None:
             x_mx = mx.quantize_mx(x, act, -1)
             xq = mx.dequantize(x_mx, torch.float32)
-            emu.account("dynamic_mx_quant", flops=4.0 * x.numel(), bytes=act_bytes + x_mx.nbytes, fused=True, dtype=mx.get_format(act).name)
+            emu.account(
+                "dynamic_mx_quant",
+                flops=4.0 * x.numel(),
+                bytes=act_bytes + x_mx.nbytes,
+                fused=True,
+                dtype=mx.get_format(act).name,
+            )
             act_bytes = float(x_mx.nbytes)
         out = (xq.to(torch.float32) @ hit[1]).to(x.dtype)
         emu.account(
@@ -337,7 +361,14 @@ class DeployModel:
         return out
 
     def _attention(
-        self, b: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, slot: int, offset: int
+        self,
+        b: str,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache,
+        slot: int,
+        offset: int,
     ) -> torch.Tensor:
         c = self.cfg
         bs, s, _ = x.shape
@@ -360,7 +391,9 @@ class DeployModel:
         qpos = torch.arange(offset, offset + s).unsqueeze(1)
         scores = scores.masked_fill(torch.arange(t).unsqueeze(0) > qpos, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ vv
-        emu.account("attention", flops=4.0 * bs * c.n_heads * s * t * c.head_dim, bytes=_nb(q, out) + kv_bytes)
+        emu.account(
+            "attention", flops=4.0 * bs * c.n_heads * s * t * c.head_dim, bytes=_nb(q, out) + kv_bytes
+        )
         out = out.transpose(1, 2).reshape(bs, s, c.n_heads * c.head_dim)
         return self.linear(out, f"{b}.attn.wo")
 
@@ -370,7 +403,9 @@ class DeployModel:
         logits = self.linear(flat, f"{b}.moe.gate")
         w, idx = self.ops.gating(logits, self.cfg.top_k)
         out = self.ops.experts(self, b, flat, w, idx.long())
-        shared = self.linear(self.ops.swiglu(self.linear(flat, f"{b}.moe.shared_gate_up")), f"{b}.moe.shared_down")
+        shared = self.linear(
+            self.ops.swiglu(self.linear(flat, f"{b}.moe.shared_gate_up")), f"{b}.moe.shared_down"
+        )
         y = out + shared
         emu.account("expert_combine", flops=float(y.numel()), bytes=3 * _nb(y))
         return y.view(shape)
@@ -412,7 +447,9 @@ class DeployModel:
         t = torch.tensor([ids], dtype=torch.long)
         offset = cache.length
         layers = [f"layers.{i}" for i in range(self.cfg.n_layers)]
-        normed, hidden = self._blocks(self._embed(t), layers, list(range(self.cfg.n_layers)), cache, offset, "norm")
+        normed, hidden = self._blocks(
+            self._embed(t), layers, list(range(self.cfg.n_layers)), cache, offset, "norm"
+        )
         cache.length = offset + len(ids)
         return self.linear(normed, "lm_head")[0], hidden[0]
 
@@ -432,7 +469,14 @@ class DeployModel:
         head, its cache slot is filled for the prompt positions too (drafts attend to it)."""
         c = self.cfg
         n_slots = c.n_layers + (1 if c.mtp else 0)
-        cache = KVCache(n_slots, 1, c.n_kv_heads, min(c.max_seq_len, len(prompt_ids) + max_new + 2), c.head_dim, torch.float32)
+        cache = KVCache(
+            n_slots,
+            1,
+            c.n_kv_heads,
+            min(c.max_seq_len, len(prompt_ids) + max_new + 2),
+            c.head_dim,
+            torch.float32,
+        )
         with _paused():  # the lab measures decode; prefill stays eager and is not charged
             logits, hidden = self._forward(list(prompt_ids), cache)
             if c.mtp and len(prompt_ids) > 1:

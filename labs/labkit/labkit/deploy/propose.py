@@ -45,7 +45,9 @@ class ProposalError(RuntimeError):
 
 
 class Proposer(Protocol):
-    def propose(self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]) -> Proposal: ...
+    def propose(
+        self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]
+    ) -> Proposal: ...
 
 
 def _kind(name: str, text: str) -> str:
@@ -62,7 +64,9 @@ def _kind(name: str, text: str) -> str:
 class RuleProposer:
     """Deterministic proposals from where the time goes (see the module docstring)."""
 
-    def propose(self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]) -> Proposal:
+    def propose(
+        self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]
+    ) -> Proposal:
         if not candidates:
             raise ProposalError("no candidate skills left")
         step = float(profile.get("ms_per_token") or profile.get("step_ms") or 0.0) or 1e-12
@@ -76,15 +80,23 @@ class RuleProposer:
         if shares["launch"] >= 0.5:
             for name in order:
                 if kinds[name] == "launch":
-                    return Proposal(name, f"launch-bound: launches are {shares['launch']:.0%} of the step", "rules")
+                    return Proposal(
+                        name, f"launch-bound: launches are {shares['launch']:.0%} of the step", "rules"
+                    )
         if shares["memory"] >= 0.3:
             for name in order:
                 if kinds[name] == "memory":
-                    return Proposal(name, f"memory-bound: weight traffic is {shares['memory']:.0%} of the step", "rules")
+                    return Proposal(
+                        name, f"memory-bound: weight traffic is {shares['memory']:.0%} of the step", "rules"
+                    )
         for want in ("launch", "memory", "spec", "other"):
             for name in order:
                 if kinds[name] == want:
-                    return Proposal(name, f"next {want} skill (launch {shares['launch']:.0%}, memory {shares['memory']:.0%})", "rules")
+                    return Proposal(
+                        name,
+                        f"next {want} skill (launch {shares['launch']:.0%}, memory {shares['memory']:.0%})",
+                        "rules",
+                    )
         raise ProposalError("no candidate skills left")  # pragma: no cover (the loop returns)
 
 
@@ -105,7 +117,9 @@ class OpenAIProposer:
             return None
         return cls(url, model, env.get("AGENT_LLM_API_KEY") or None)
 
-    def request_body(self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]) -> dict[str, Any]:
+    def request_body(
+        self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         system = (
             "You optimise the decode step of a MoE model on an Ascend NPU. Pick the ONE skill to try "
             "next from the candidates. Every skill is verified and measured before it is kept. "
@@ -118,12 +132,16 @@ class OpenAIProposer:
             "temperature": 0,
         }
 
-    def propose(self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]) -> Proposal:
+    def propose(
+        self, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]
+    ) -> Proposal:
         body = json.dumps(self.request_body(profile, candidates, history)).encode()
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers, method="POST")
+        req = urllib.request.Request(
+            f"{self.base_url}/chat/completions", data=body, headers=headers, method="POST"
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 data = json.loads(resp.read().decode())
@@ -155,7 +173,10 @@ def parse_answer(content: str, candidates: dict[str, str]) -> tuple[str, str]:
 
 
 def propose_with_fallback(
-    proposer: Proposer | None, profile: dict[str, Any], candidates: dict[str, str], history: list[dict[str, Any]]
+    proposer: Proposer | None,
+    profile: dict[str, Any],
+    candidates: dict[str, str],
+    history: list[dict[str, Any]],
 ) -> Proposal:
     """The proposer's answer, or the rules' when there is no proposer or it fails (the reason
     says why, so the decision log shows it)."""
