@@ -36,7 +36,9 @@ def check() -> tuple[str, dict]:
     ps = ar.prompts("fused-ops")
     n = ar.N_TOKENS
     ref_tokens = ar.tokens(ar.fresh(), ps, n)
-    res = ar.run_harness("h_fused", "skills/fused_ops.py", ps, n)
+    eager = ar.fresh()
+    seqs = [list(p) + t for p, t in zip(ps, ref_tokens, strict=True)]
+    res = ar.run_harness("h_fused", "skills/fused_ops.py", ps, n, seqs)
     spec = res["skill"].get("verify", {})
     expect(
         spec.get("kind") == "tokens",
@@ -52,6 +54,20 @@ def check() -> tuple[str, dict]:
             "Still eager: " + ", ".join(f"model.ops.{s} (use {SLOTS[s]})" for s in missing) + ".",
             "仍是 eager：" + "，".join(f"model.ops.{s}（使用 {SLOTS[s]}）" for s in missing) + "。",
         ),
+    )
+    worst = 0.0
+    for s, lc in zip(seqs, res["logits"], strict=True):
+        la = eager.teacher_logits(s)
+        worst = max(worst, float((lc - la).abs().max() / la.abs().max()))
+    expect(
+        worst <= 1e-4,
+        msg(
+            f"With the fused ops the model computes something else: its logits differ from the eager model's by up to "
+            f"{worst:.3g} of their largest value (rounding allows 1e-4). A fused op must compute exactly what the eager ops compute.",
+            f"使用融合算子后模型的计算结果变了：logits 与 eager 模型相差最多为其最大值的 {worst:.3g}（舍入误差允许 1e-4）。"
+            "融合算子的结果必须与 eager 算子完全一致。",
+        ),
+        list(HINTS.values()),
     )
     for i, (got, exp) in enumerate(zip(res["tokens"], ref_tokens, strict=True)):
         if got != exp:

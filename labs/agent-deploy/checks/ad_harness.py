@@ -51,7 +51,7 @@ def h_profile(case: str, ps: list[list[int]], n: int) -> dict:
     return _plain(profile(model, ps, n))
 
 
-def h_fused(ps: list[list[int]], n: int) -> dict:
+def h_fused(ps: list[list[int]], n: int, seqs: list[list[int]]) -> dict:
     from agent.verify import verify
 
     sk = _skill("fused_ops")
@@ -59,6 +59,7 @@ def h_fused(ps: list[list[int]], n: int) -> dict:
     cand = ref.clone()
     sk.apply(cand)
     out = {"skill": _plain(sk.SKILL), "changed": cand.ops.changed(), "tokens": ar.tokens(cand, ps, n)}
+    out["logits"] = [cand.teacher_logits(s) for s in seqs]
     out["measure"] = ar.measure(cand.clone(), ps, n)
     spec = sk.SKILL.get("verify", {})
     out["verify_good"] = _plain(verify(ref, cand, spec, ps, n))
@@ -113,11 +114,42 @@ def h_mtp(ps: list[list[int]], n: int) -> dict:
         "stats": [],
     }
     out["ref_stats"] = []
-    for p in ps:
-        out["tokens"].append(cand.generate(p, n))
+    out["misplaced"] = []  # the first step whose successor starts at the wrong position
+    calls: list[list[Any]] = []  # [cache.length, ids, main model's argmax at ids[0] (None if it raised)]
+    real_step = cand.step
+
+    def step(ids: list[int], cache: Any) -> Any:
+        calls.append([cache.length, list(ids), None])
+        logits, hidden = real_step(ids, cache)
+        calls[-1][2] = int(logits[0].argmax())
+        return logits, hidden
+
+    cand.step = step  # type: ignore[method-assign]
+    for i, p in enumerate(ps):
+        calls.clear()
+        try:
+            toks: list[int] | None = cand.generate(p, n)
+        except ValueError:  # e.g. the KV cache overflows when positions are never given back
+            toks = None
+        seq = list(p) + (toks or [])
+        for k in range(len(calls) - 1):
+            start, ids, a0 = calls[k]
+            if len(ids) != 2:
+                continue
+            want_next = start + (1 if a0 != ids[1] else 2)
+            if calls[k + 1][0] != want_next:
+                kept = toks is not None and len(seq) > start + 1 and seq[start + 1] == ids[1]
+                out["misplaced"].append([i, k, start, ids[1], a0, calls[k + 1][0], want_next, kept])
+                break
+        if out["misplaced"]:
+            return out
+        if toks is None:
+            toks = cand.generate(p, n)  # raise the attendee's error as it is
+        out["tokens"].append(toks)
         out["stats"].append(_plain(getattr(cand, "spec_stats", None)))
         ar.generate_mtp(cand, p, n)  # the reference loop on the attendee's model and draft path
         out["ref_stats"].append(_plain(cand.spec_stats))
+    cand.step = real_step  # type: ignore[method-assign]
     out["measure"] = ar.measure(cand.clone(), ps, n)
     eager = ar.fresh()
     out["eager_tokens"] = [generate_mtp(eager, p, n) for p in ps]

@@ -56,16 +56,20 @@ def _margins_ok(model: DeployModel, p: list[int], n: int, min_margin: float = 2e
 
 def prompts(step: str, k: int = 2) -> list[list[int]]:
     """``k`` prompts from the run id (corpus sentences of random topics and lengths, 6-40
-    words), plus the fixed shortest case: ``<bos>`` and one word."""
+    words) with no near tie on the eager or the quantised model, plus the fixed shortest case:
+    ``<bos>`` and one word."""
     _, tok = base_and_tok()
-    model = fresh()
+    models = [
+        fresh(),
+        chain("fused_ops", "graph_mode", "quant_mx"),
+    ]  # no near tie before or after quantisation
     rng = random.Random(run_seed(step))
     out: list[list[int]] = []
     while len(out) < k:
         topic = rng.choice(corpus.topics())
         words = " ".join(corpus.make_sentence(topic, rng) for _ in range(8)).split()
         p = tok.encode(" ".join(words[: rng.randint(6, 40)]), bos=True)
-        if _margins_ok(model, p, N_TOKENS):
+        if all(_margins_ok(m, p, N_TOKENS) for m in models):
             out.append(p)
     short = tok.encode("the", bos=True)
     out.append(short)
