@@ -160,3 +160,25 @@ def test_reference_log_on_the_step_page_is_current() -> None:
     for text in (page, zh):
         assert "`quant_mxfp4_all`" in text and "`fused_ops`" in text
     assert "reject (rolled back)" in page and "拒绝（已回滚）" in zh
+
+
+def test_the_decision_log_is_on_the_lab_page_in_both_languages(app, client) -> None:  # type: ignore[no-untyped-def]
+    from sqlmodel import Session
+
+    from labserver.services.events import create_event
+    from tests.conftest import join
+
+    with Session(app.state.ctx.engine, expire_on_commit=False) as session:
+        create_event(session, title="Talk 2", labs=["agent-deploy"], code="AGENT2")
+    headers = join(client, code="AGENT2")
+    for lang, decided, chart in (
+        ("en", "reject (rolled back)", "img/staged.svg"),
+        ("zh", "拒绝（已回滚）", "img/staged.zh.svg"),
+    ):
+        lab = client.get(f"/api/v1/labs/agent-deploy?lang={lang}", headers=headers).json()
+        step = next(s for s in lab["steps"] if s["id"] == "staged-table")
+        html = step["html"]
+        assert html.count("<table>") == 2 and decided in html and "quant_mxfp4_all" in html
+        assert f'src="/labs/agent-deploy/assets/{chart}"' in html
+        svg = client.get(f"/labs/agent-deploy/assets/{chart}")
+        assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")

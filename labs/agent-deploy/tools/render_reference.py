@@ -30,9 +30,13 @@ LABELS = {
     "en": {
         "title": "Emulated decode ms/token, Ascend 950PR (toy scale)",
         "baseline": "baseline (eager)",
-        "x": "x cumulative",
+        "bar": "{ms:.4f} ms, {cum:.2f}x cumulative",
     },
-    "zh": {"title": "仿真解码 ms/token，昇腾 950PR（玩具规模）", "baseline": "基线（eager）", "x": "x 累计"},
+    "zh": {
+        "title": "仿真解码 ms/token，昇腾 950PR（玩具规模）",
+        "baseline": "基线（eager）",
+        "bar": "{ms:.4f} ms，累计 {cum:.2f}x",
+    },
 }
 
 
@@ -51,7 +55,7 @@ def svg(history: list[dict], lang: str) -> str:
 
     rows = stages(history)
     t = LABELS[lang]
-    w, bar_h, gap, left = 640, 26, 10, 170
+    w, bar_h, gap, left = 720, 26, 10, 170
     top = 40
     h = top + len(rows) * (bar_h + gap) + 10
     peak = max(ms for _, ms, _, _ in rows)
@@ -62,14 +66,14 @@ def svg(history: list[dict], lang: str) -> str:
     ]
     for i, (label, ms, _gain, cum) in enumerate(rows):
         y = top + i * (bar_h + gap)
-        bw = max(2.0, (w - left - 150) * ms / peak)
+        bw = max(2.0, (w - left - 230) * ms / peak)
         name = t["baseline"] if label == "baseline" else f"+ {label}"
         out.append(f'<text x="10" y="{y + bar_h * 0.68:.1f}">{name}</text>')
         out.append(
             f'<rect x="{left}" y="{y}" width="{bw:.1f}" height="{bar_h}" fill="#c7000b" opacity="0.8"/>'
         )
         out.append(
-            f'<text x="{left + bw + 6:.1f}" y="{y + bar_h * 0.68:.1f}">{ms:.4f} ms, {cum:.2f}{t["x"]}</text>'
+            f'<text x="{left + bw + 6:.1f}" y="{y + bar_h * 0.68:.1f}">{t["bar"].format(ms=ms, cum=cum)}</text>'
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"
