@@ -1,0 +1,260 @@
+"""Trusted reference of the agent-deploy checkers: the skills done right (and done wrong on
+purpose), the measurement, the profile and the accuracy metric, and the inputs a check judges on.
+
+Imported by the checkers (in their own process) and by ad_harness.py (in the child process where
+the attendee's code runs). Nothing here imports the attendee's code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import random
+from typing import Any
+
+import torch
+from labkit import emu, mx
+from labkit.deploy import DeployModel, eager_gating, grouped_experts
+from labkit.models import corpus, load_tiny_moe
+from labkit.npu import npu_add_rms_norm, npu_moe_gating_top_k_softmax, npu_rms_norm, npu_swiglu
+
+PROFILE = "950PR"
+N_TOKENS = 10  # new tokens per prompt in a check (the first comes from prefill)
+MIN_GAIN = 1.005
+LAUNCH_EQ = 1e-6  # relative tolerance of figures recomputed with the same cost model
+
+_BASE: list[Any] = []
+
+
+def base_and_tok() -> tuple[Any, Any]:
+    if not _BASE:
+        torch.set_num_threads(1)
+        _BASE.extend(load_tiny_moe())
+    return _BASE[0], _BASE[1]
+
+
+def fresh() -> DeployModel:
+    return DeployModel(base_and_tok()[0])
+
+
+# -- inputs the attendee has not seen ----------------------------------------------------------
+def run_seed(step: str) -> int:
+    rid = os.environ.get("LAB_RUN_ID", "local")
+    return int.from_bytes(hashlib.sha256(f"{rid}/{step}".encode()).digest()[:4], "little")
+
+
+def _margins_ok(model: DeployModel, p: list[int], n: int, min_margin: float = 2e-3) -> bool:
+    """True when greedy decoding of ``p`` has no near tie (top-2 logits within ``min_margin``)
+    for ``n`` tokens: a prompt where fused and eager ops could round to different tokens is not
+    used to judge anyone."""
+    seq = list(p) + model.generate(p, n)
+    logits = model.teacher_logits(seq)[len(p) - 1 : len(p) - 1 + n]
+    top2 = logits.topk(2, dim=-1).values
+    return bool((top2[:, 0] - top2[:, 1]).min() >= min_margin)
+
+
+def prompts(step: str, k: int = 2) -> list[list[int]]:
+    """``k`` prompts from the run id (corpus sentences of random topics and lengths, 6-40
+    words) with no near tie on the eager or the quantised model, plus the fixed shortest case:
+    ``<bos>`` and one word."""
+    _, tok = base_and_tok()
+    models = [
+        fresh(),
+        chain("fused_ops", "graph_mode", "quant_mx"),
+    ]  # no near tie before or after quantisation
+    rng = random.Random(run_seed(step))
+    out: list[list[int]] = []
+    while len(out) < k:
+        topic = rng.choice(corpus.topics())
+        words = " ".join(corpus.make_sentence(topic, rng) for _ in range(8)).split()
+        p = tok.encode(" ".join(words[: rng.randint(6, 40)]), bos=True)
+        if all(_margins_ok(m, p, N_TOKENS) for m in models):
+            out.append(p)
+    short = tok.encode("the", bos=True)
+    out.append(short)
+    return out
+
+
+# -- reference skills ------------------------------------------------------------------------------
+def _rms(x, g, eps):
+    return npu_rms_norm(x, g, epsilon=eps)[0]
+
+
+def _add_rms(x, r, g, eps):
+    y, _, s = npu_add_rms_norm(x, r, g, epsilon=eps)
+    return y, s
+
+
+def _swiglu(gu):
+    return npu_swiglu(gu, dim=-1)
+
+
+def _gating(logits, k):
+    w, idx, _ = npu_moe_gating_top_k_softmax(logits, None, k=k)
+    return w / w.sum(-1, keepdim=True), idx.long()
+
+
+def fused(m: DeployModel) -> DeployModel:
+    m.ops.rms_norm, m.ops.add_rms_norm, m.ops.swiglu, m.ops.gating = _rms, _add_rms, _swiglu, _gating
+    return m
+
+
+def graph(m: DeployModel) -> DeployModel:
+    m.graph = True
+    m.ops.experts = grouped_experts
+    return m
+
+
+def quant(m: DeployModel) -> DeployModel:
+    for n in m.names("attn") + m.names("shared"):
+        m.weights[n] = mx.quantize_mx(m.weights[n], "mxfp8_e4m3")
+    for n in m.names("expert"):
+        m.weights[n] = mx.quantize_mx(m.weights[n], "mxfp4")
+    for g in ("attn", "expert", "shared"):
+        m.act_fmt[g] = "mxfp8_e4m3"
+    return m
+
+
+def quant_all_fp4(m: DeployModel) -> DeployModel:
+    """The accuracy-breaking skill: W4A4 everywhere, LM head and router included."""
+    for g in ("attn", "router", "shared", "expert", "lm_head"):
+        for n in m.names(g):
+            w = m.weights[n]
+            m.weights[n] = mx.quantize_mx(w.dequantize() if isinstance(w, mx.MXTensor) else w, "mxfp4")
+        m.act_fmt[g] = "mxfp4"
+    return m
+
+
+def swiglu_swapped(m: DeployModel) -> DeployModel:
+    """A broken fused SwiGLU (gate and up halves swapped): changes the tokens."""
+    m.ops.swiglu = lambda gu: npu_swiglu(torch.cat(gu.chunk(2, -1)[::-1], -1), dim=-1)
+    return m
+
+
+def unfused_norm(m: DeployModel) -> DeployModel:
+    """Verifies (the same maths) but is slower: puts the eager gating back."""
+    m.ops.gating = eager_gating
+    return m
+
+
+def generate_mtp(model: DeployModel, prompt_ids: list[int], n: int) -> list[int]:
+    logits, hidden, cache = model.prefill(prompt_ids, max_new=n)
+    pos = len(prompt_ids) - 1
+    pending = int(logits[-1].argmax())
+    out, h = [pending], hidden[-1]
+    drafts = accepted = 0
+    while len(out) < n:
+        draft = model.draft(h, pending, cache, pos)
+        drafts += 1
+        start = cache.length
+        logits, hidden = model.step([pending, draft], cache)
+        first = int(logits[0].argmax())
+        if first == draft:
+            accepted += 1
+            pending = int(logits[1].argmax())
+            out += [draft, pending]
+            h, pos = hidden[1], start + 1
+        else:
+            cache.length = start + 1
+            pending = first
+            out.append(pending)
+            h, pos = hidden[0], start
+    model.spec_stats = {"drafts": drafts, "accepted": accepted}  # type: ignore[attr-defined]
+    return out[:n]
+
+
+def mtp(m: DeployModel) -> DeployModel:
+    for n in m.names("mtp"):
+        w = m.weights[n]
+        if getattr(w, "ndim", 0) == 2:
+            m.weights[n] = mx.quantize_mx(w, "mxfp4" if ".expert." in n else "mxfp8_e4m3")
+    m.weights["mtp.lm_head"] = mx.quantize_mx(m.weights["lm_head"], "mxfp8_e4m3")
+    m.act_fmt["mtp"] = "mxfp8_e4m3"
+    m.decode_fn = generate_mtp
+    return m
+
+
+SKILLS = {
+    "fused_ops": fused,
+    "graph_mode": graph,
+    "quant_mx": quant,
+    "quant_mxfp4_all": quant_all_fp4,
+    "mtp": mtp,
+}
+
+
+def chain(*names: str) -> DeployModel:
+    m = fresh()
+    for n in names:
+        m = SKILLS[n](m.clone())
+        m.applied.append(n)
+    return m
+
+
+# -- measurement -----------------------------------------------------------------------------------
+def measure(model: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> dict[str, Any]:
+    total, launches, tokens = 0.0, 0, 0
+    flops = nbytes = 0.0
+    for p in ps:
+        model.generate(p, n)
+        with emu.session(PROFILE, measurer=False) as s:
+            model.generate(p, n)
+        rep = s.report()
+        total += rep.elapsed_ms
+        launches += rep.launches
+        tokens += n - 1
+        flops += sum(o.flops for o in rep.ops.values())
+        nbytes += sum(o.bytes for o in rep.ops.values())
+    prof = emu.get_profile(PROFILE)
+    scale = emu.DEFAULT_SCALE
+    lpt = launches / tokens
+    launch_s = (prof.graph_launch_overhead if model.graph else prof.launch_overhead).value
+    out = {
+        "ms_per_token": total / tokens,
+        "launches_per_token": lpt,
+        "weight_bytes": model.weight_bytes(),
+        "launch_ms": lpt * launch_s * 1e3,
+        "compute_ms": flops / tokens / (prof.peak("fp16") * scale) * 1e3,
+        "memory_ms": nbytes / tokens / (prof.hbm_bandwidth.value * scale) * 1e3,
+    }
+    parts = {k: out[f"{k}_ms"] for k in ("launch", "compute", "memory")}
+    out["bound"] = max(parts, key=lambda k: parts[k])
+    return out
+
+
+def rel_rms(ref: DeployModel, cand: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> float:
+    num = den = 0.0
+    for p in ps:
+        seq = list(p) + ref.generate(p, n)
+        a, b = ref.teacher_logits(seq), cand.teacher_logits(seq)
+        num += float((b - a).pow(2).sum())
+        den += float(a.pow(2).sum())
+    return math.sqrt(num / den)
+
+
+def tokens(model: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> list[list[int]]:
+    return [model.generate(p, n) for p in ps]
+
+
+def close(a: float, b: float, rel: float = 1e-4) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+# -- checker side ------------------------------------------------------------------------------------
+HARNESS = __file__.replace("adref.py", "ad_harness.py")
+
+
+def run_harness(func: str, attendee_file: str, *args: object, timeout: float = 120) -> Any:
+    """Run ``ad_harness.<func>`` in a child process (where the attendee's modules are imported);
+    an error in their code fails the step, shown with their own traceback lines."""
+    from labkit.check import Failure, describe_error, run_function
+
+    r = run_function(HARNESS, func, *args, timeout=timeout, memory_mb=3072)
+    if r.error is not None:
+        raise Failure(describe_error(attendee_file, r.error, r.stderr))
+    return r.value
+
+
+def fmt_ms(x: float) -> str:
+    return f"{x:.4f} ms"

@@ -1,0 +1,184 @@
+"""The agent-deploy lab's own library code, where the self-test does not already prove it.
+
+- The OpenAI-compatible proposer drives the solution's workflow against a local stub server that
+  speaks the chat-completions protocol (no network): a proposal that breaks accuracy is still
+  verified and rolled back, an answer that names no skill falls back to the rules and the log
+  says so, and every request is a well-formed chat completion.
+- The reference decision log rendered into step 7 (and its chart) is what the solution's run
+  writes today (tools/render_reference.py --check), so no figure on the lab page is typed in.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+LAB = REPO / "labs" / "agent-deploy"
+
+
+class StubLLM:
+    """A chat-completions endpoint on 127.0.0.1 with a scripted answer per call."""
+
+    def __init__(self, answers: list[str]):
+        self.answers = answers
+        self.requests: list[dict] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
+                cands = json.loads(body["messages"][1]["content"])["candidates"]
+                i = len(stub.requests) - 1
+                content = (
+                    stub.answers[i]
+                    if i < len(stub.answers)
+                    else json.dumps({"skill": sorted(cands)[0], "reason": "next"})
+                )
+                data = json.dumps(
+                    {
+                        "id": f"c{i}",
+                        "object": "chat.completion",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> StubLLM:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def solved(tmp_path: Path):
+    """The solved lab folder on sys.path (agent/, skills/, deploy.py), removed afterwards."""
+    shutil.copytree(LAB / "starter", tmp_path, dirs_exist_ok=True)
+    shutil.copytree(LAB / "solution", tmp_path, dirs_exist_ok=True)
+    sys.path.insert(0, str(tmp_path))
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    for name in [
+        m for m in sys.modules if m in ("agent", "skills", "deploy") or m.startswith(("agent.", "skills."))
+    ]:
+        del sys.modules[name]
+
+
+def test_llm_proposals_are_verified_and_a_bad_answer_falls_back(solved: Path) -> None:
+    import torch
+    from agent.log import render_log
+    from agent.runner import load_skills, run_workflow
+    from labkit.deploy import DeployModel, OpenAIProposer
+    from labkit.models import load_tiny_moe
+
+    torch.set_num_threads(1)
+    base, tok = load_tiny_moe()
+    prompts = [
+        tok.encode(p, bos=True) for p in ("the probe orbits mars every four days .", "stir the onions slowly")
+    ]
+    answers = [
+        '{"skill": "quant_mxfp4_all", "reason": "4-bit everything saves the most memory"}',
+        "I am not sure, maybe something with kernels?",
+    ]
+    with StubLLM(answers) as stub:
+        proposer = OpenAIProposer(stub.url, "stub-model", api_key="k-test", timeout=10)
+        final, history = run_workflow(DeployModel(base), load_skills(solved / "skills"), prompts, 6, proposer)
+    assert [d["skill"] for d in history][:2] == ["quant_mxfp4_all", "fused_ops"]
+    first, second = history[0], history[1]
+    assert first["proposed_by"] == "llm:stub-model" and "saves the most memory" in first["proposal"]
+    assert first["decision"] == "reject" and first["why"]["code"] == "verification"
+    assert first["why"]["value"] > first["why"]["tol"] and first["after"] is None
+    assert (
+        second["proposed_by"].startswith("rules (llm failed:")
+        and "names no candidate" in second["proposed_by"]
+    )
+    assert (
+        second["decision"] == "accept" and second["before"]["ms_per_token"] == first["before"]["ms_per_token"]
+    )
+    assert sorted(d["skill"] for d in history) == sorted(load_skills(solved / "skills"))
+    assert final.state()["formats"]["lm_head"] == [] and "quant_mxfp4_all" not in final.applied
+    assert len(stub.requests) == len(history)
+    for r in stub.requests:
+        assert r["path"] == "/v1/chat/completions" and r["auth"] == "Bearer k-test"
+        body = r["body"]
+        assert body["model"] == "stub-model" and [m["role"] for m in body["messages"]] == ["system", "user"]
+        user = json.loads(body["messages"][1]["content"])
+        assert {"profile", "candidates", "history"} <= set(user) and user["profile"]["ms_per_token"] > 0
+    assert (
+        "quant_mxfp4_all" not in json.loads(stub.requests[1]["body"]["messages"][1]["content"])["candidates"]
+    )
+    assert "llm:stub-model" in render_log(history, "en") and "回滚" in render_log(history, "zh")
+
+
+def test_deploy_llm_flag_needs_an_endpoint(solved: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "deploy.py", "--llm"],
+        cwd=solved,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(solved)},
+        timeout=120,
+    )
+    assert r.returncode != 0 and "AGENT_LLM_BASE_URL" in r.stderr
+
+
+def test_reference_log_on_the_step_page_is_current() -> None:
+    r = subprocess.run(
+        [sys.executable, str(LAB / "tools" / "render_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    page = (LAB / "steps" / "07-staged-table.md").read_text(encoding="utf-8")
+    zh = (LAB / "steps" / "07-staged-table.zh.md").read_text(encoding="utf-8")
+    for text in (page, zh):
+        assert "`quant_mxfp4_all`" in text and "`fused_ops`" in text
+    assert "reject (rolled back)" in page and "拒绝（已回滚）" in zh
+
+
+def test_the_decision_log_is_on_the_lab_page_in_both_languages(app, client) -> None:  # type: ignore[no-untyped-def]
+    from sqlmodel import Session
+
+    from labserver.services.events import create_event
+    from tests.conftest import join
+
+    with Session(app.state.ctx.engine, expire_on_commit=False) as session:
+        create_event(session, title="Talk 2", labs=["agent-deploy"], code="AGENT2")
+    headers = join(client, code="AGENT2")
+    for lang, decided, chart in (
+        ("en", "reject (rolled back)", "img/staged.svg"),
+        ("zh", "拒绝（已回滚）", "img/staged.zh.svg"),
+    ):
+        lab = client.get(f"/api/v1/labs/agent-deploy?lang={lang}", headers=headers).json()
+        step = next(s for s in lab["steps"] if s["id"] == "staged-table")
+        html = step["html"]
+        assert html.count("<table>") == 2 and decided in html and "quant_mxfp4_all" in html
+        assert f'src="/labs/agent-deploy/assets/{chart}"' in html
+        svg = client.get(f"/labs/agent-deploy/assets/{chart}")
+        assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
