@@ -62,8 +62,8 @@ def check() -> tuple[str, dict[str, float]]:
             msg(
                 f"MTP1's emulated TPOT is {m_ms:.4f} ms; one target pass over two tokens plus one MTP pass per step gives "
                 f"{ref_ms:.4f} ms here. {'Some target work is repeated (a prefill per step? no KV cache?).' if m_ms > ref_ms else 'Some of the work is not charged to the emulated device.'}",
-                f"MTP1 的模拟 TPOT 为 {m_ms:.4f} ms；每步一次两个 token 的目标前向加一次 MTP 前向应为 {ref_ms:.4f} ms。"
-                f"{'有目标模型计算被重复了（每步都预填充？没用 KV 缓存？）。' if m_ms > ref_ms else '有部分计算没有计入模拟设备。'}",
+                f"MTP1 的仿真 TPOT 为 {m_ms:.4f} ms；每步一次两个 token 的目标前向加一次 MTP 前向应为 {ref_ms:.4f} ms。"
+                f"{'有目标模型计算被重复了（每步都预填充？没用 KV 缓存？）。' if m_ms > ref_ms else '有部分计算没有计入仿真设备。'}",
             ),
             [HINT],
         )
@@ -71,7 +71,7 @@ def check() -> tuple[str, dict[str, float]]:
     return msg(
         f"Greedy and MTP1 give the target's tokens on {len(prompts)} unseen prompts. Emulated TPOT (950DT, graph mode): "
         f"greedy {g_ms:.4f} ms, MTP1 {m_ms:.4f} ms, MTP acceptance {rate:.0%} (talk: 9.83 ms with MTP1).",
-        f"贪心与 MTP1 在 {len(prompts)} 个未见过的提示词上都给出目标模型的 token。模拟 TPOT（950DT，图模式）："
+        f"贪心与 MTP1 在 {len(prompts)} 个未见过的提示词上都给出目标模型的 token。仿真 TPOT（950DT，图模式）："
         f"贪心 {g_ms:.4f} ms，MTP1 {m_ms:.4f} ms，MTP 接受率 {rate:.0%}（演讲：MTP1 为 9.83 ms）。",
     ), {"greedy_tpot_ms": g_ms, "mtp1_tpot_ms": m_ms, "mtp1_acceptance": rate, "near_ties": ties}
 

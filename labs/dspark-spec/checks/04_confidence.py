@@ -166,7 +166,7 @@ def check() -> tuple[str, dict[str, float]]:
                 f"With TAU = {tau} the emulated TPOT on unseen prompts is {tpot[tau]:.4f} ms; tau = {best} gives "
                 f"{tpot[best]:.4f} ms ({tpot[tau] / tpot[best] - 1:.0%} slower, more than {SLACK - 1:.0%}). Look at the sweep again: "
                 "too high a threshold throws away tokens the target would have accepted.",
-                f"TAU = {tau} 时未见过的提示词上的模拟 TPOT 为 {tpot[tau]:.4f} ms；tau = {best} 为 {tpot[best]:.4f} ms"
+                f"TAU = {tau} 时未见过的提示词上的仿真 TPOT 为 {tpot[tau]:.4f} ms；tau = {best} 为 {tpot[best]:.4f} ms"
                 f"（慢 {tpot[tau] / tpot[best] - 1:.0%}，超过 {SLACK - 1:.0%}）。再看看扫描结果：阈值太高会丢掉目标模型本会接受的 token。",
             ),
             [HINT],
@@ -174,7 +174,7 @@ def check() -> tuple[str, dict[str, float]]:
     return msg(
         f"Confidence filtering is right; TAU = {tau}: emulated TPOT {tpot[tau]:.4f} ms on unseen prompts "
         f"(best of the grid: tau = {best}, {tpot[best]:.4f} ms; tau = 0.95: {tpot[0.95]:.4f} ms).",
-        f"置信度过滤正确；TAU = {tau}：未见过的提示词上的模拟 TPOT 为 {tpot[tau]:.4f} ms"
+        f"置信度过滤正确；TAU = {tau}：未见过的提示词上的仿真 TPOT 为 {tpot[tau]:.4f} ms"
         f"（网格最佳 tau = {best}，{tpot[best]:.4f} ms；tau = 0.95：{tpot[0.95]:.4f} ms）。",
     ), {"tau": tau, "tpot_ms": tpot[tau], "best_tpot_ms": tpot[best], "near_ties": ties}
 

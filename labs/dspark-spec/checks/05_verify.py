@@ -223,7 +223,7 @@ def check() -> tuple[str, dict[str, float]]:
                 msg(
                     "The emulated timeline shows no work on the `draft` stream: issue draft_block inside "
                     '`with s.stream("draft"):` and make the main stream wait for it before the target verifies.',
-                    '模拟时间线上 `draft` 流没有任何工作：在 `with s.stream("draft"):` 中调用 draft_block，'
+                    '仿真时间线上 `draft` 流没有任何工作：在 `with s.stream("draft"):` 中调用 draft_block，'
                     "并在目标模型验证之前让主流等待它。",
                 ),
                 [HINT],
@@ -250,7 +250,7 @@ def check() -> tuple[str, dict[str, float]]:
             msg(
                 f"The loop's emulated TPOT is {got_ms / 3:.4f} ms where one drafter block and one target pass per iteration "
                 f"give {ref_ms / 3:.4f} ms: some work is repeated or not charged.",
-                f"循环的模拟 TPOT 为 {got_ms / 3:.4f} ms，而每轮一个草稿块加一次目标前向应为 {ref_ms / 3:.4f} ms："
+                f"循环的仿真 TPOT 为 {got_ms / 3:.4f} ms，而每轮一个草稿块加一次目标前向应为 {ref_ms / 3:.4f} ms："
                 "有计算被重复或没有计入。",
             ),
             [HINT],

@@ -120,7 +120,7 @@ def check() -> tuple[str, dict[str, float]]:
         f"length {t['mean_accepted']:.2f} of {K}, emulated TPOT {mtp:.4f} ms (MTP1) -> {dsp:.4f} ms (DSpark), "
         f"{t['tpot_ratio']:.2f}x (talk 9.83 -> 3.93 ms, {9.83 / 3.93:.2f}x).",
         f"在报告的提示词上无损；首 token 接受率 {t['first_token_acceptance']:.0%}（演讲 89%），平均接受长度 "
-        f"{t['mean_accepted']:.2f}/{K}，模拟 TPOT {mtp:.4f} ms（MTP1）-> {dsp:.4f} ms（DSpark），"
+        f"{t['mean_accepted']:.2f}/{K}，仿真 TPOT {mtp:.4f} ms（MTP1）-> {dsp:.4f} ms（DSpark），"
         f"{t['tpot_ratio']:.2f} 倍（演讲 9.83 -> 3.93 ms，{9.83 / 3.93:.2f} 倍）。",
     ), {
         "first_token_acceptance": t["first_token_acceptance"],

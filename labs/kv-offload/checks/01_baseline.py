@@ -112,8 +112,8 @@ def check() -> tuple[str, dict[str, float]]:
             f"Baseline: {b0} sequences of {kc.PROMPT + STEPS} positions fit the emulated {kc.capacity() / 2**20:.0f} MiB "
             f"({per / 2**20:.2f} MiB of KV + indexer keys each, {b0 + 1} would not); emulated decode {tok_s:.1f} tok/s. "
             "The talk (GLM-5.2 on 2 x Atlas A3, 64K input): global batch 64, 2,427 tok/s.",
-            f"基线：{b0} 条 {kc.PROMPT + STEPS} 个位置的序列放得进模拟的 {kc.capacity() / 2**20:.0f} MiB"
-            f"（每条 KV + 索引器键 {per / 2**20:.2f} MiB，{b0 + 1} 条放不下）；模拟解码 {tok_s:.1f} tok/s。"
+            f"基线：{b0} 条 {kc.PROMPT + STEPS} 个位置的序列放得进仿真的 {kc.capacity() / 2**20:.0f} MiB"
+            f"（每条 KV + 索引器键 {per / 2**20:.2f} MiB，{b0 + 1} 条放不下）；仿真解码 {tok_s:.1f} tok/s。"
             "演讲（GLM-5.2，2 台 Atlas A3，64K 输入）：全局批 64，2,427 tok/s。",
         ),
         {"max_batch": b0, "tok_s": tok_s},

@@ -98,7 +98,7 @@ def oom(got: dict[str, Any], what: str, hint: str) -> None:
         raise Failure(
             msg(
                 f"{what}: the emulated device ran out of memory:\n{got['oom']}",
-                f"{what}：模拟设备内存不足：\n{got['oom']}",
+                f"{what}：仿真设备内存不足：\n{got['oom']}",
             ),
             [hint],
         )
