@@ -83,7 +83,7 @@ def test_terminal_editor_check_flow_survives_a_server_restart(page: Page, server
     expect(page.locator('#file-tree button.file[data-path="notes/hello.txt"]')).to_be_visible()
     check(page, "write-file", "failed")
     result = page.locator("#step-write-file .check-result")
-    expect(result).to_contain_text("does not have the expected content (first difference on line 2)")
+    expect(result).to_contain_text("The file has 1 line(s); it needs two")
     expect(result).to_contain_text("full-width")  # the checker's hint
     expect(page.locator("#check-status")).to_have_text("Not yet")
 
