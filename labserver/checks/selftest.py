@@ -90,12 +90,16 @@ class SelftestReport:
         return out
 
 
-async def overlay(backend: Backend, ref: EnvRef, src: Path, lab_id: str) -> None:
-    """Copy ``src`` (a solution folder) over the lab folder through the backend's file API, so the
-    same self-test runs on every backend."""
-    for path in sorted(src.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            await backend.write_file(ref, f"{lab_id}/{path.relative_to(src).as_posix()}", path.read_bytes())
+async def overlay(
+    backend: Backend, ref: EnvRef, src: Path, lab_id: str, files: list[Path] | None = None
+) -> None:
+    """Copy ``files`` (default: every file of ``src``, a solution folder) over the lab folder, at
+    their paths relative to ``src``, through the backend's file API, so the same self-test runs on
+    every backend."""
+    if files is None:
+        files = [p for p in sorted(src.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    for path in files:
+        await backend.write_file(ref, f"{lab_id}/{path.relative_to(src).as_posix()}", path.read_bytes())
 
 
 async def _check(
@@ -112,23 +116,28 @@ async def _solve(backend: Backend, ref: EnvRef, lab: Lab, step: Step) -> Verdict
     """Run the step's ``solve`` command; a verdict (error) when it fails."""
     if not step.spec.solve:
         return None
-    res = await backend.exec(
-        ref, ["bash", "-c", step.spec.solve], cwd=lab.id, timeout=max(step.spec.timeout_s, 300)
-    )
+    failure = await _bash(backend, ref, lab, step.spec.solve, timeout=max(step.spec.timeout_s, 300))
+    return None if failure is None else Verdict(CheckStatus.error, f"solve command {failure}")
+
+
+async def _bash(backend: Backend, ref: EnvRef, lab: Lab, script: str, timeout: float = 300) -> str | None:
+    """Run ``script`` in the lab folder; None when it succeeded, else what it said (its tail)."""
+    res = await backend.exec(ref, ["bash", "-c", script], cwd=lab.id, timeout=timeout)
     if res.exit_code == 0:
         return None
     out = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
-    return Verdict(CheckStatus.error, f"solve command {step.spec.solve!r} exited {res.exit_code}: {out}")
+    return f"{script!r} exited {res.exit_code}: {out}"
 
 
 async def _sh(backend: Backend, ref: EnvRef, lab: Lab, script: str) -> None:
-    res = await backend.exec(ref, ["bash", "-c", script], cwd=lab.id, timeout=300)
-    if res.exit_code != 0:
-        out = (res.stdout + res.stderr).decode("utf-8", "replace")[-2000:]
-        raise RuntimeError(f"selftest: {script!r} exited {res.exit_code}: {out}")
+    """Run one of the self-test's own commands; raises when it fails (a fault of the self-test)."""
+    failure = await _bash(backend, ref, lab, script)
+    if failure is not None:
+        raise RuntimeError(f"selftest: {failure}")
 
 
 SNAPSHOT = "../.selftest-solved.tar"
+RESTORE = f"find . -mindepth 1 -delete && tar -xf {SNAPSHOT}"  # the lab folder as it was solved
 
 
 def _has_cjk(text: str) -> bool:
@@ -152,10 +161,7 @@ def judge_mutant(mutant: Mutant, verdict: Verdict, lang: str) -> str:
 
 
 async def _apply_mutant(backend: Backend, ref: EnvRef, lab: Lab, mutant: Mutant) -> None:
-    for path in mutant.overlay_files():
-        await backend.write_file(
-            ref, f"{lab.id}/{path.relative_to(mutant.path).as_posix()}", path.read_bytes()
-        )
+    await overlay(backend, ref, mutant.path, lab.id, mutant.overlay_files())
     if mutant.spec.delete:
         await _sh(backend, ref, lab, "rm -rf -- " + " ".join(shlex.quote(d) for d in mutant.spec.delete))
     if mutant.patch is not None:
@@ -176,7 +182,7 @@ async def _run_mutants(
         step = lab.step(mutant.step)
         assert step is not None  # the loader refuses mutants of unknown steps
         lang = "zh" if i % 2 else "en"  # every lab's mutants are judged in both languages
-        await _sh(backend, ref, lab, f"find . -mindepth 1 -delete && tar -xf {SNAPSHOT}")
+        await _sh(backend, ref, lab, RESTORE)
         await _apply_mutant(backend, ref, lab, mutant)
         failed_solve = await _solve(backend, ref, lab, step)
         if failed_solve is not None:
@@ -197,7 +203,7 @@ async def _run_mutants(
                 seconds=seconds,
             )
         )
-    await _sh(backend, ref, lab, f"find . -mindepth 1 -delete && tar -xf {SNAPSHOT} && rm -f {SNAPSHOT}")
+    await _sh(backend, ref, lab, f"{RESTORE} && rm -f {SNAPSHOT}")
 
 
 async def run_selftest(

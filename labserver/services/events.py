@@ -100,6 +100,13 @@ def _claim_seat(session: Session, seat: Seat, attendee_id: int) -> bool:
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+def _seat_used() -> JoinError:
+    return JoinError(
+        "This personal code has already been used. Each code admits one person: ask the instructor for a new one.",
+        code="seat-used",
+    )
+
+
 def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tuple[Attendee, str, Event]:
     """Join an event; returns (attendee, token, event). Joining again with the same name from a new
     browser is refused (the name is taken) — an attendee who lost their cookie asks the instructor."""
@@ -112,10 +119,7 @@ def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tup
     seat = None if event is not None or not event_code.strip() else find_seat(session, event_code)
     if seat is not None:
         if seat.attendee_id is not None:
-            raise JoinError(
-                "This personal code has already been used. Each code admits one person: ask the instructor for a new one.",
-                code="seat-used",
-            )
+            raise _seat_used()
         event = session.get(Event, seat.event_id)
     elif event is not None and event.seats_only:
         raise JoinError(
@@ -149,10 +153,7 @@ def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tup
         # another browser took this code a moment ago (thirty tabs, one slip): that one is in
         session.delete(attendee)
         session.commit()
-        raise JoinError(
-            "This personal code has already been used. Each code admits one person: ask the instructor for a new one.",
-            code="seat-used",
-        )
+        raise _seat_used()
     if event.capacity and _admitted_before(session, attendee) > event.capacity:
         # joins racing past the count above: the ones with the larger ids step back (issue 13 item 6)
         session.delete(attendee)
