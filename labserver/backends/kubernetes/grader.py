@@ -36,7 +36,7 @@ from labserver.backends.kubernetes import manifests as km
 from labserver.config import KubernetesSettings
 
 BOOT = Path(__file__).with_name("grader_boot.py")
-PART_BYTES = 900 * 1024  # a ConfigMap holds at most 1 MiB
+PART_BYTES = 700 * 1024  # a ConfigMap holds at most 1 MiB, and binaryData is base64 (4/3)
 GRACE_S = 60.0  # on top of the checker's timeout: scheduling, image, python start
 
 
