@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -157,15 +158,15 @@ class KubeApi:
             if _status(exc) == 409:
                 raise Exists(body["metadata"]["name"]) from exc
             if _status(exc) == 403 and "exceeded quota" in _body_message(exc):
-                raise ProvisionError(problems.message("quota"), reason="quota", log=_body_message(exc)) from exc
+                raise ProvisionError(
+                    problems.message("quota"), reason="quota", log=_body_message(exc)
+                ) from exc
             raise
 
     async def ensure(self, kind: str, body: dict[str, Any]) -> None:
         """Create ``body`` unless an object of its name exists (idempotent)."""
-        try:
+        with contextlib.suppress(Exists):
             await self.create(kind, body)
-        except Exists:
-            pass
 
     async def delete(self, kind: str, name: str) -> None:
         """Delete; already gone is success."""
@@ -178,7 +179,7 @@ class KubeApi:
     async def patch(self, kind: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._json("patch", kind, name, body=body)
 
-    async def list(self, kind: str, label_selector: str) -> list[dict[str, Any]]:
+    async def find(self, kind: str, label_selector: str) -> list[dict[str, Any]]:
         data = await self._json("list", kind, label_selector=label_selector)
         return list(data.get("items") or [])
 

@@ -173,7 +173,9 @@ class KubernetesBackend:
         await say("ready", "Your environment is ready")
         return ref
 
-    async def _make_pod(self, spec: EnvSpec, *, card: bool, say: ProgressCallback, notice: str = "") -> dict[str, Any]:
+    async def _make_pod(
+        self, spec: EnvSpec, *, card: bool, say: ProgressCallback, notice: str = ""
+    ) -> dict[str, Any]:
         await say("creating", "Creating your environment")
         body = km.make_pod(spec, self.cfg, card=card, prefix=self.prefix, notice=notice)
         try:
@@ -189,7 +191,9 @@ class KubernetesBackend:
         try:
             await backoff(gone, attempts=60, first=self.poll_s, factor=1.0, retry_on=(NotYet,))
         except NotYet as exc:
-            raise ProvisionError(problems.message("timeout"), reason="timeout", log=f"{name} not deleted") from exc
+            raise ProvisionError(
+                problems.message("timeout"), reason="timeout", log=f"{name} not deleted"
+            ) from exc
 
     async def _wait_ready(self, pod: dict[str, Any], spec: EnvSpec, say: ProgressCallback) -> dict[str, Any]:
         """Poll the pod until Ready (progress from its events), through the backoff helper; a
@@ -217,7 +221,9 @@ class KubernetesBackend:
             return await backoff(poll, attempts=attempts, first=self.poll_s, factor=1.0, retry_on=(NotYet,))
         except NotYet as exc:
             await self.api.delete("pod", name)
-            raise ProvisionError(problems.message("timeout"), reason="timeout", log=f"{name} not Ready") from exc
+            raise ProvisionError(
+                problems.message("timeout"), reason="timeout", log=f"{name} not Ready"
+            ) from exc
 
     async def _on_problem(
         self,
@@ -240,7 +246,9 @@ class KubernetesBackend:
             problem = problems.Problem("no-card", problem.detail)  # the operator turned fallback off
         await self.api.delete("pod", name)
         # no card / no room: the admission queue tries again when room frees ("no-room")
-        reason = "no-room" if problem.reason in ("no-room", "no-card") and spec.device != "npu" else problem.reason
+        reason = (
+            "no-room" if problem.reason in ("no-room", "no-card") and spec.device != "npu" else problem.reason
+        )
         raise ProvisionError(problem.message, reason=reason, log=f"{name}: {problem.detail}")
 
     async def _seed(self, pod: str, labs: Sequence[LabSeed], say: ProgressCallback) -> None:
@@ -301,8 +309,12 @@ class KubernetesBackend:
         await self._wait_gone(self._pod(ref))
 
     async def discover(self) -> list[EnvRef]:
-        pods = await self.api.list("pod", km.selector(self.prefix, **{km.LABEL_ROLE: "env"}))
-        refs = [self._ref(p) for p in pods if (p.get("metadata") or {}).get("annotations", {}).get(km.ANNOTATION_ENV)]
+        pods = await self.api.find("pod", km.selector(self.prefix, **{km.LABEL_ROLE: "env"}))
+        refs = [
+            self._ref(p)
+            for p in pods
+            if (p.get("metadata") or {}).get("annotations", {}).get(km.ANNOTATION_ENV)
+        ]
         return sorted(refs, key=lambda r: r.env_id)
 
     # -- warm pool -----------------------------------------------------------------------------
@@ -312,7 +324,9 @@ class KubernetesBackend:
         relabels a warm pod with the attendee's env id under its resourceVersion (a second claimer
         of the same pod gets 409 and takes the next), so each warm pod goes to one attendee."""
         size = self.settings.docker.warm_pool if size is None else size
-        warm = await self.api.list("pod", km.selector(self.prefix, **{km.LABEL_ROLE: "warm", km.LABEL_EVENT: str(event_id)}))
+        warm = await self.api.find(
+            "pod", km.selector(self.prefix, **{km.LABEL_ROLE: "warm", km.LABEL_EVENT: str(event_id)})
+        )
         if size <= 0:
             self._warm.pop(event_id, None)
             for pod in warm:
@@ -327,7 +341,13 @@ class KubernetesBackend:
             pvc = km.warm_name(event_id, serial, self.prefix)
             await self.api.ensure("pvc", km.make_pvc(spec, self.cfg, name=pvc, prefix=self.prefix))
             body = km.make_pod(
-                spec, self.cfg, card=km.wants_card(spec, self.cfg), name=pvc, pvc=pvc, role="warm", prefix=self.prefix
+                spec,
+                self.cfg,
+                card=km.wants_card(spec, self.cfg),
+                name=pvc,
+                pvc=pvc,
+                role="warm",
+                prefix=self.prefix,
             )
             await self.api.ensure("pod", body)
             made += 1
@@ -343,7 +363,7 @@ class KubernetesBackend:
     async def _claim_warm(self, spec: EnvSpec, say: ProgressCallback) -> dict[str, Any] | None:
         if spec.event_id not in self._warm:
             return None
-        pods = await self.api.list(
+        pods = await self.api.find(
             "pod", km.selector(self.prefix, **{km.LABEL_ROLE: "warm", km.LABEL_EVENT: str(spec.event_id)})
         )
         for pod in pods:
@@ -445,11 +465,20 @@ class KubernetesBackend:
         await self.api.create("secret", grader.make_secret(name, job=job, key=key, prefix=self.prefix))
         try:
             pod = grader.make_grader_pod(
-                name=name, env_id=ref.env_id, image=str(ref.data.get("image") or self.settings.docker.image),
-                pvc=str(ref.data.get("pvc") or km.pvc_name(ref.env_id, self.prefix)), node=ref.node,
-                lab_id=lab_id, env=env, cpus=float(ref.data.get("cpus") or 1.0),
-                memory_mb=int(ref.data.get("memory_mb") or 2048), bundle_sha=digest,
-                bundle_maps=[m["metadata"]["name"] for m in maps], secret=name, cfg=self.cfg, prefix=self.prefix,
+                name=name,
+                env_id=ref.env_id,
+                image=str(ref.data.get("image") or self.settings.docker.image),
+                pvc=str(ref.data.get("pvc") or km.pvc_name(ref.env_id, self.prefix)),
+                node=ref.node,
+                lab_id=lab_id,
+                env=env,
+                cpus=float(ref.data.get("cpus") or 1.0),
+                memory_mb=int(ref.data.get("memory_mb") or 2048),
+                bundle_sha=digest,
+                bundle_maps=[m["metadata"]["name"] for m in maps],
+                secret=name,
+                cfg=self.cfg,
+                prefix=self.prefix,
             )
             await self.api.create("pod", pod)
             timed_out = not await self._wait_done(name, timeout_s + grader.GRACE_S)
@@ -470,7 +499,13 @@ class KubernetesBackend:
                 raise NotYet(name)
 
         try:
-            await backoff(done, attempts=max(1, int(within_s / self.poll_s)), first=self.poll_s, factor=1.0, retry_on=(NotYet,))
+            await backoff(
+                done,
+                attempts=max(1, int(within_s / self.poll_s)),
+                first=self.poll_s,
+                factor=1.0,
+                retry_on=(NotYet,),
+            )
         except NotYet:
             return False
         return True
@@ -480,8 +515,14 @@ class KubernetesBackend:
         lab_files, checker_name = await asyncio.to_thread(grader_lab_files, request.checker)
         start = time.monotonic()
         record = await self._grade(
-            ref, lab_id=safe_relpath(request.lab_id), checker_name=checker_name, source=source,
-            lab_files=lab_files, env=dict(request.env), timeout_s=request.timeout_s, log_limit=request.log_limit,
+            ref,
+            lab_id=safe_relpath(request.lab_id),
+            checker_name=checker_name,
+            source=source,
+            lab_files=lab_files,
+            env=dict(request.env),
+            timeout_s=request.timeout_s,
+            log_limit=request.log_limit,
         )
         return record_to_raw(record, request, time.monotonic() - start)
 
@@ -551,7 +592,15 @@ class KubernetesBackend:
         parent, _, base = resolved.rstrip("/").rpartition("/")
         result = await self._exec_pod(
             self._pod(ref),
-            ["sh", "-c", 'tar -c -C "$1" -- "$2" | head -c "$3"', "sh", parent or "/", base, str(MAX_ARCHIVE_BYTES + 1)],
+            [
+                "sh",
+                "-c",
+                'tar -c -C "$1" -- "$2" | head -c "$3"',
+                "sh",
+                parent or "/",
+                base,
+                str(MAX_ARCHIVE_BYTES + 1),
+            ],
             120,
         )
         if len(result.stdout) > MAX_ARCHIVE_BYTES:

@@ -82,7 +82,9 @@ def bundle_configmaps(blob: bytes, prefix: str = km.DEFAULT_PREFIX) -> tuple[str
     return digest, maps
 
 
-def make_secret(name: str, *, job: dict[str, Any], key: bytes, prefix: str = km.DEFAULT_PREFIX) -> dict[str, Any]:
+def make_secret(
+    name: str, *, job: dict[str, Any], key: bytes, prefix: str = km.DEFAULT_PREFIX
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -214,7 +216,12 @@ def make_grader_pod(
 
 def new_job(checker_name: str, timeout_s: float, log_limit: int) -> tuple[dict[str, Any], bytes]:
     """(job.json, key) of one check: a fresh nonce and a fresh 32-byte key."""
-    job = {"nonce": secrets.token_hex(16), "checker": checker_name, "timeout_s": timeout_s, "log_limit": log_limit}
+    job = {
+        "nonce": secrets.token_hex(16),
+        "checker": checker_name,
+        "timeout_s": timeout_s,
+        "log_limit": log_limit,
+    }
     return job, secrets.token_bytes(32)
 
 
@@ -241,4 +248,12 @@ def verify(log: bytes, key: bytes, nonce: str) -> dict[str, Any]:
     return record
 
 
-__all__ = ["READONLY_CHECKER", "bundle", "bundle_configmaps", "make_grader_pod", "make_secret", "new_job", "verify"]
+__all__ = [
+    "READONLY_CHECKER",
+    "bundle",
+    "bundle_configmaps",
+    "make_grader_pod",
+    "make_secret",
+    "new_job",
+    "verify",
+]

@@ -136,7 +136,9 @@ def resources_for(spec: EnvSpec, cfg: KubernetesSettings, *, card: bool) -> dict
     return {"requests": requests, "limits": limits}
 
 
-def labels(spec: EnvSpec, *, role: str = "env", prefix: str = DEFAULT_PREFIX, device: str = "") -> dict[str, str]:
+def labels(
+    spec: EnvSpec, *, role: str = "env", prefix: str = DEFAULT_PREFIX, device: str = ""
+) -> dict[str, str]:
     out = {
         LABEL_INSTANCE: prefix,
         LABEL_ENV_NAME: label_value(spec.env_id),
@@ -151,7 +153,7 @@ def labels(spec: EnvSpec, *, role: str = "env", prefix: str = DEFAULT_PREFIX, de
     return out
 
 
-def annotations(spec: EnvSpec, *, notice: str = "") -> dict[str, str]:
+def annotations_for(spec: EnvSpec, *, notice: str = "") -> dict[str, str]:
     out = {
         ANNOTATION_ENV: spec.env_id,
         "labserver.image": spec.image,
@@ -239,7 +241,7 @@ def make_pod(
         "metadata": {
             "name": name or pod_name(spec.env_id, prefix),
             "labels": labels(spec, role=role, prefix=prefix, device=device),
-            "annotations": annotations(spec, notice=notice),
+            "annotations": annotations_for(spec, notice=notice),
         },
         "spec": {
             "serviceAccountName": service_account_name(prefix),
@@ -273,7 +275,10 @@ def make_pod(
                 }
             ],
             "volumes": [
-                {"name": "workspace", "persistentVolumeClaim": {"claimName": pvc or pvc_name(spec.env_id, prefix)}},
+                {
+                    "name": "workspace",
+                    "persistentVolumeClaim": {"claimName": pvc or pvc_name(spec.env_id, prefix)},
+                },
                 *_scratch_volumes(spec.memory_mb),
             ],
         },

@@ -116,8 +116,8 @@ def diagnose(pod: Mapping[str, Any], card_resource: str = "") -> Problem | None:
 
 
 def is_ready(pod: Mapping[str, Any]) -> bool:
-    ready = _conditions(pod).get("Ready")
-    return (pod.get("status") or {}).get("phase") == "Running" and bool(ready) and ready.get("status") == "True"
+    ready = _conditions(pod).get("Ready") or {}
+    return (pod.get("status") or {}).get("phase") == "Running" and ready.get("status") == "True"
 
 
 #: event reason -> (progress phase, message)

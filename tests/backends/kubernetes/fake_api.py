@@ -44,7 +44,9 @@ def ready(pod: dict[str, Any]) -> dict[str, Any]:
 def unschedulable(message: str) -> dict[str, Any]:
     return {
         "phase": "Pending",
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        ],
     }
 
 
@@ -52,7 +54,9 @@ def waiting(reason: str, message: str = "") -> dict[str, Any]:
     return {
         "phase": "Pending",
         "conditions": [{"type": "PodScheduled", "status": "True"}],
-        "containerStatuses": [{"name": "lab", "ready": False, "state": {"waiting": {"reason": reason, "message": message}}}],
+        "containerStatuses": [
+            {"name": "lab", "ready": False, "state": {"waiting": {"reason": reason, "message": message}}}
+        ],
     }
 
 
@@ -96,7 +100,13 @@ class FakeCluster:
                 if not m:
                     return self._answer(404, {"kind": "Status", "message": "no such path"})
                 _ns, plural, name = m.groups()
-                code, body = cluster.handle(method, plural, name, parse_qs(url.query), self._body() if method in ("POST", "PATCH") else {})
+                code, body = cluster.handle(
+                    method,
+                    plural,
+                    name,
+                    parse_qs(url.query),
+                    self._body() if method in ("POST", "PATCH") else {},
+                )
                 self._answer(code, body)
 
             def do_GET(self) -> None:
@@ -133,7 +143,9 @@ class FakeCluster:
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
 
-    def handle(self, method: str, plural: str, name: str | None, query: dict[str, list[str]], body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def handle(
+        self, method: str, plural: str, name: str | None, query: dict[str, list[str]], body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
         with self.lock:
             if plural == "events":
                 pod = query.get("fieldSelector", [""])[0].rsplit("involvedObject.name=", 1)[-1]
@@ -143,7 +155,8 @@ class FakeCluster:
                 items = [
                     o
                     for (pl, _), o in sorted(self.objects.items())
-                    if pl == plural and all(o["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())
+                    if pl == plural
+                    and all(o["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())
                 ]
                 return 200, {"kind": PLURALS[plural] + "List", "items": items}
             key = (plural, name or body.get("metadata", {}).get("name", ""))
@@ -151,7 +164,11 @@ class FakeCluster:
                 if key in self.objects:
                     return 409, {"kind": "Status", "reason": "AlreadyExists", "message": f"{key[1]} exists"}
                 if plural == "pods" and self.quota_exceeded:
-                    return 403, {"kind": "Status", "reason": "Forbidden", "message": f'pods "{key[1]}" is forbidden: exceeded quota: labserver, requested: pods=1, used: pods=40, limited: pods=40'}
+                    return 403, {
+                        "kind": "Status",
+                        "reason": "Forbidden",
+                        "message": f'pods "{key[1]}" is forbidden: exceeded quota: labserver, requested: pods=1, used: pods=40, limited: pods=40',
+                    }
                 obj = json.loads(json.dumps(body))
                 self._bump(obj)
                 if plural == "pods":
@@ -170,7 +187,11 @@ class FakeCluster:
                 obj = self.objects[key]
                 want = body.get("metadata", {}).get("resourceVersion")
                 if want and want != obj["metadata"]["resourceVersion"]:
-                    return 409, {"kind": "Status", "reason": "Conflict", "message": "the object has been modified"}
+                    return 409, {
+                        "kind": "Status",
+                        "reason": "Conflict",
+                        "message": "the object has been modified",
+                    }
                 for part in ("labels", "annotations"):
                     obj["metadata"].setdefault(part, {}).update(body.get("metadata", {}).get(part, {}))
                 self._bump(obj)
@@ -188,4 +209,8 @@ class FakeCluster:
 
     def count(self, method: str, plural: str) -> int:
         with self.lock:
-            return sum(1 for m, p in self.requests if m == method and p.split("/")[-1 if method == "POST" else -2] == plural)
+            return sum(
+                1
+                for m, p in self.requests
+                if m == method and p.split("/")[-1 if method == "POST" else -2] == plural
+            )

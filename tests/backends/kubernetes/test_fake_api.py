@@ -30,7 +30,9 @@ def cluster() -> Iterator[FakeCluster]:
 
 def backend_for(settings: Settings, cluster: FakeCluster, **kube: object) -> KubernetesBackend:
     cfg = settings.kubernetes.model_copy(update={"namespace": "t", "api_attempts": 3, **kube})
-    b = KubernetesBackend(settings.model_copy(update={"kubernetes": cfg}), configuration=cluster.configuration())
+    b = KubernetesBackend(
+        settings.model_copy(update={"kubernetes": cfg}), configuration=cluster.configuration()
+    )
     b.poll_s = 0.01
     return b
 
@@ -50,7 +52,11 @@ def test_fake_api_create_is_idempotent_labels_and_discover(settings: Settings, c
     async def go() -> None:
         ref = await b.create(spec())
         again = await b.create(spec())
-        assert (ref.env_id, ref.infra_id) == (again.env_id, again.infra_id) == ("ev1-at1", km.pod_name("ev1-at1"))
+        assert (
+            (ref.env_id, ref.infra_id)
+            == (again.env_id, again.infra_id)
+            == ("ev1-at1", km.pod_name("ev1-at1"))
+        )
         assert (await b.status(ref)).state == EnvState.ready
         found = await backend_for(settings, cluster).discover()  # a restarted server
         assert [r.env_id for r in found] == ["ev1-at1"] and found[0].data["pvc"] == km.pvc_name("ev1-at1")
@@ -90,18 +96,28 @@ def test_fake_api_progress_comes_from_pod_events(settings: Settings, cluster: Fa
 
     run(backend_for(settings, cluster).create(spec(), progress))
     assert phases[-1] == "ready"
-    assert [p for p in phases if p in ("placing", "pulling", "starting")][-3:] == ["placing", "pulling", "starting"]
+    assert [p for p in phases if p in ("placing", "pulling", "starting")][-3:] == [
+        "placing",
+        "pulling",
+        "starting",
+    ]
 
 
-def test_fake_api_no_card_falls_back_to_cpu_emulation_and_says_so(settings: Settings, cluster: FakeCluster) -> None:
+def test_fake_api_no_card_falls_back_to_cpu_emulation_and_says_so(
+    settings: Settings, cluster: FakeCluster
+) -> None:
     cluster.on_pod = lambda pod: (
-        fake_api.unschedulable(NO_CARD) if CARD in pod["spec"]["containers"][0]["resources"]["limits"] else fake_api.ready(pod)
+        fake_api.unschedulable(NO_CARD)
+        if CARD in pod["spec"]["containers"][0]["resources"]["limits"]
+        else fake_api.ready(pod)
     )
     b = backend_for(settings, cluster)
     ref = run(b.create(spec(device="any")))
     assert ref.device == "cpu-emu"
     status = run(b.status(ref))
-    assert status.state == EnvState.ready and "CPU emulation" in status.message and "CPU 仿真" in status.message
+    assert (
+        status.state == EnvState.ready and "CPU emulation" in status.message and "CPU 仿真" in status.message
+    )
     pod = cluster.objects[("pods", km.pod_name("ev1-at1"))]
     assert CARD not in pod["spec"]["containers"][0]["resources"]["limits"]
 
@@ -123,7 +139,9 @@ def test_fake_api_full_cluster_is_a_retryable_no_room(settings: Settings, cluste
 
 
 def test_fake_api_image_pull_error(settings: Settings, cluster: FakeCluster) -> None:
-    cluster.on_pod = lambda pod: fake_api.waiting("ImagePullBackOff", 'Back-off pulling image "reg.example/lab:1"')
+    cluster.on_pod = lambda pod: fake_api.waiting(
+        "ImagePullBackOff", 'Back-off pulling image "reg.example/lab:1"'
+    )
     with pytest.raises(ProvisionError) as err:
         run(backend_for(settings, cluster).create(spec()))
     assert err.value.reason == "image-pull" and "image" in err.value.message and "镜像" in err.value.message
@@ -137,15 +155,24 @@ def test_fake_api_quota_exceeded(settings: Settings, cluster: FakeCluster) -> No
     assert err.value.reason == "quota" and "quota" in err.value.message and "配额" in err.value.message
 
 
-def test_fake_api_eviction_is_seen_and_a_new_pod_keeps_the_workspace(settings: Settings, cluster: FakeCluster) -> None:
+def test_fake_api_eviction_is_seen_and_a_new_pod_keeps_the_workspace(
+    settings: Settings, cluster: FakeCluster
+) -> None:
     b = backend_for(settings, cluster)
     ref = run(b.create(spec()))
-    pvc_uid = cluster.objects[("persistentvolumeclaims", km.pvc_name("ev1-at1"))]["metadata"]["resourceVersion"]
+    pvc_uid = cluster.objects[("persistentvolumeclaims", km.pvc_name("ev1-at1"))]["metadata"][
+        "resourceVersion"
+    ]
     cluster.set_pod_status(
-        ref.infra_id, {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+        ref.infra_id,
+        {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."},
     )
     status = run(b.status(ref))
-    assert status.state == EnvState.failed and "files are kept" in status.message and "文件已保留" in status.message
+    assert (
+        status.state == EnvState.failed
+        and "files are kept" in status.message
+        and "文件已保留" in status.message
+    )
     again = run(b.create(spec()))  # the instructor's Restart, or the attendee's next start
     assert run(b.status(again)).state == EnvState.ready
     assert cluster.count("POST", "pods") == 2
@@ -153,14 +180,20 @@ def test_fake_api_eviction_is_seen_and_a_new_pod_keeps_the_workspace(settings: S
     assert pvc["metadata"]["resourceVersion"] == pvc_uid  # the same claim, never made again
 
 
-def test_fake_api_unreachable_api_is_retried_through_backoff(settings: Settings, cluster: FakeCluster) -> None:
+def test_fake_api_unreachable_api_is_retried_through_backoff(
+    settings: Settings, cluster: FakeCluster
+) -> None:
     b = backend_for(settings, cluster)
     cluster.unavailable = 2  # two 503s, then the API answers: within the 3 attempts
     ref = run(b.create(spec()))
     assert run(b.status(ref)).state == EnvState.ready
     cluster.close()  # now nothing answers at all
     status = run(b.status(ref))
-    assert status.state == EnvState.failed and "does not answer" in status.message and "没有响应" in status.message
+    assert (
+        status.state == EnvState.failed
+        and "does not answer" in status.message
+        and "没有响应" in status.message
+    )
     with pytest.raises(ProvisionError) as err:
         run(b.create(spec("ev1-at2")))
     assert err.value.reason == "api-down"
@@ -173,7 +206,9 @@ def test_fake_api_stop_keeps_the_pvc_destroy_removes_both(settings: Settings, cl
         ref = await b.create(spec())
         await b.stop(ref)
         assert (await b.status(ref)).state == EnvState.stopped
-        assert cluster.names("pods") == [] and cluster.names("persistentvolumeclaims") == [km.pvc_name("ev1-at1")]
+        assert cluster.names("pods") == [] and cluster.names("persistentvolumeclaims") == [
+            km.pvc_name("ev1-at1")
+        ]
         ref = await b.create(spec())
         await b.destroy(ref)
         await b.destroy(ref)  # gone is success

@@ -28,7 +28,16 @@ def valid(obj: dict[str, Any]) -> None:
 
 
 def spec(device: str = "npu", env_id: str = "ev1-at1", **kw: Any) -> EnvSpec:
-    return EnvSpec(env_id=env_id, event_id=1, attendee_id=1, device=device, image="reg/lab:1", cpus=2, memory_mb=4096, **kw)
+    return EnvSpec(
+        env_id=env_id,
+        event_id=1,
+        attendee_id=1,
+        device=device,
+        image="reg/lab:1",
+        cpus=2,
+        memory_mb=4096,
+        **kw,
+    )
 
 
 def test_every_manifest_is_valid_against_the_schema() -> None:
@@ -51,9 +60,19 @@ def test_every_manifest_is_valid_against_the_schema() -> None:
     valid(grader.make_secret("labserver-grader-x", job={"nonce": "n"}, key=b"k"))
     valid(
         grader.make_grader_pod(
-            name="labserver-grader-1-ev1", env_id="ev1-at1", image="reg/lab:1", pvc="labserver-ws-ev1",
-            node="node-a", lab_id="demo", env={"LAB_ID": "demo"}, cpus=1, memory_mb=1024,
-            bundle_sha=digest, bundle_maps=[m["metadata"]["name"] for m in maps], secret="labserver-grader-x", cfg=cfg,
+            name="labserver-grader-1-ev1",
+            env_id="ev1-at1",
+            image="reg/lab:1",
+            pvc="labserver-ws-ev1",
+            node="node-a",
+            lab_id="demo",
+            env={"LAB_ID": "demo"},
+            cpus=1,
+            memory_mb=1024,
+            bundle_sha=digest,
+            bundle_maps=[m["metadata"]["name"] for m in maps],
+            secret="labserver-grader-x",
+            cfg=cfg,
         )
     )
 
@@ -72,8 +91,18 @@ def test_card_accounting_npu_vnpu_and_cpu_emulation() -> None:
     npu = km.make_pod(spec("npu"), KubernetesSettings(npu_resource="huawei.com/Ascend910"), card=True)
     res = npu["spec"]["containers"][0]["resources"]
     assert res == {
-        "requests": {"cpu": "2000m", "memory": "4096Mi", "ephemeral-storage": "4096Mi", "huawei.com/Ascend910": "1"},
-        "limits": {"cpu": "2000m", "memory": "4096Mi", "ephemeral-storage": "4096Mi", "huawei.com/Ascend910": "1"},
+        "requests": {
+            "cpu": "2000m",
+            "memory": "4096Mi",
+            "ephemeral-storage": "4096Mi",
+            "huawei.com/Ascend910": "1",
+        },
+        "limits": {
+            "cpu": "2000m",
+            "memory": "4096Mi",
+            "ephemeral-storage": "4096Mi",
+            "huawei.com/Ascend910": "1",
+        },
     }
     vnpu_cfg = KubernetesSettings(npu_resource="huawei.com/Ascend910-4c")
     vnpu = km.make_pod(spec("npu"), vnpu_cfg, card=True)["spec"]["containers"][0]["resources"]
@@ -87,7 +116,9 @@ def test_card_accounting_npu_vnpu_and_cpu_emulation() -> None:
     # which labs hold a card
     cfg = KubernetesSettings()
     assert km.wants_card(spec("npu"), cfg) and km.wants_card(spec("any"), cfg)
-    assert not km.wants_card(spec("cpu"), cfg) and not km.wants_card(spec("npu"), KubernetesSettings(npu_resource=""))
+    assert not km.wants_card(spec("cpu"), cfg) and not km.wants_card(
+        spec("npu"), KubernetesSettings(npu_resource="")
+    )
 
 
 def test_hardening_as_on_docker() -> None:
@@ -110,12 +141,21 @@ def test_network_policies_deny_egress_and_foreign_ingress() -> None:
     assert closed["spec"]["egress"] == [] and set(closed["spec"]["policyTypes"]) == {"Ingress", "Egress"}
     server = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "labserver"}}}
     assert closed["spec"]["ingress"] == open_["spec"]["ingress"] == [{"from": [server]}]
-    assert km.make_pod(spec(network=True), KubernetesSettings(), card=False)["metadata"]["labels"]["labserver.network"] == "1"
+    assert (
+        km.make_pod(spec(network=True), KubernetesSettings(), card=False)["metadata"]["labels"][
+            "labserver.network"
+        ]
+        == "1"
+    )
 
 
 def test_volcano_node_selectors_and_tolerations() -> None:
-    cfg = KubernetesSettings(scheduler_name="volcano", node_selector={"a": "1"}, npu_node_selector={"b": "2"},
-                             tolerations=[{"key": "k", "operator": "Exists"}])
+    cfg = KubernetesSettings(
+        scheduler_name="volcano",
+        node_selector={"a": "1"},
+        npu_node_selector={"b": "2"},
+        tolerations=[{"key": "k", "operator": "Exists"}],
+    )
     npu, cpu = km.make_pod(spec(), cfg, card=True)["spec"], km.make_pod(spec(), cfg, card=False)["spec"]
     assert npu["schedulerName"] == "volcano" and npu["nodeSelector"] == {"a": "1", "b": "2"}
     assert cpu["nodeSelector"] == {"a": "1"} and cpu["tolerations"] == [{"key": "k", "operator": "Exists"}]
@@ -147,14 +187,63 @@ def test_every_problem_has_english_and_chinese() -> None:
 @pytest.mark.parametrize(
     ("status", "reason"),
     [
-        ({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes are available: 2 Insufficient huawei.com/Ascend910."}]}, "no-card"),
-        ({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes are available: 2 Insufficient cpu."}]}, "no-room"),
-        ({"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}, "image-pull"),
-        ({"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}, "crash"),
+        (
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/2 nodes are available: 2 Insufficient huawei.com/Ascend910.",
+                    }
+                ],
+            },
+            "no-card",
+        ),
+        (
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/2 nodes are available: 2 Insufficient cpu.",
+                    }
+                ],
+            },
+            "no-room",
+        ),
+        (
+            {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]},
+            "image-pull",
+        ),
+        (
+            {
+                "phase": "Pending",
+                "containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+            },
+            "crash",
+        ),
         ({"phase": "Failed", "reason": "Evicted"}, "evicted"),
-        ({"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}]}, "evicted"),
+        (
+            {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+                ],
+            },
+            "evicted",
+        ),
         ({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}, None),
-        ({"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}, None),
+        (
+            {
+                "phase": "Pending",
+                "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
+            },
+            None,
+        ),
     ],
 )
 def test_diagnose(status: dict[str, Any], reason: str | None) -> None:
