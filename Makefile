@@ -7,7 +7,7 @@ PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed
 WEB_STAMP := web/node_modules/.installed
 
-.PHONY: run setup web test lint typecheck unit e2e test-postgres messages dist clean screenshots
+.PHONY: run setup web test lint typecheck unit e2e test-postgres test-kubernetes messages dist clean screenshots
 
 run: setup web ## set everything up and start the server (SQLite + local backend)
 	$(BIN)/labserver serve
@@ -55,6 +55,14 @@ test-postgres: setup web
 	@if [ -n "$$LABSERVER_TEST_DATABASE_URL" ]; then \
 	  $(BIN)/pytest -q -p no:cacheprovider tests/routes tests/test_db.py tests/checks/test_checks.py tests/services; \
 	else echo "test-postgres: LABSERVER_TEST_DATABASE_URL not set (.ci/run sets it)"; fi
+
+# the backend contract suite on a real Kubernetes cluster (docs/kubernetes.md); NOT part of `make test`:
+# no cluster can run on the CI machines
+test-kubernetes: setup
+	@if [ -z "$$LABSERVER_TEST_KUBECONFIG" ]; then \
+	  echo "test-kubernetes needs a cluster: set LABSERVER_TEST_KUBECONFIG to a kubeconfig (kind or k3s with"; \
+	  echo "the lab image pre-loaded; docs/kubernetes.md says how)"; exit 2; fi
+	$(BIN)/pytest -q -p no:cacheprovider tests/backends/test_contract.py -k kubernetes tests/backends/kubernetes
 
 screenshots: setup web ## retake the documentation screenshots (docs/img/) with the browser tests
 	LABSERVER_SCREENSHOTS=$(CURDIR)/docs/img $(BIN)/pytest -q -p no:cacheprovider tests/e2e

@@ -81,6 +81,33 @@ class DockerSettings(BaseModel):
     workspace_mb: int = Field(default=0, ge=0, le=1_000_000)  # workspace size limit (0: none; disk.py)
 
 
+class KubernetesSettings(BaseModel):
+    """The Kubernetes backend (docs/kubernetes.md): one pod + one workspace PVC per attendee."""
+
+    kubeconfig: Path | None = None  # none: the in-cluster service account, else ~/.kube/config
+    context: str = ""  # kubeconfig context ("" = its current one)
+    namespace: str = "labserver-envs"  # where attendee pods, PVCs and graders go
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    # the device plugin's resource of one card: huawei.com/Ascend910, huawei.com/Ascend310P, or a
+    # vNPU template such as huawei.com/Ascend910-4c; "" = the cluster has no cards (CPU emulation)
+    npu_resource: str = "huawei.com/Ascend910"
+    cpu_fallback: bool = True  # a lab that allows CPU emulation gets it when no card is free
+    ephemeral_storage_mb: int = Field(default=4096, ge=64)  # /tmp, home, logs of each pod
+    workspace_gi: int = Field(default=5, ge=1, le=10_000)  # size of each workspace PVC
+    storage_class: str = ""  # "" = the cluster's default StorageClass
+    node_selector: dict[str, str] = Field(default_factory=dict)  # every attendee pod
+    npu_node_selector: dict[str, str] = Field(default_factory=dict)  # pods that hold a card
+    tolerations: list[dict[str, str]] = Field(default_factory=list)  # JSON list of tolerations
+    scheduler_name: str = ""  # "volcano" for Volcano; "" = the default scheduler
+    server_labels: dict[str, str] = Field(
+        default_factory=lambda: {"app.kubernetes.io/name": "labserver"}
+    )  # the labserver pods: the only ingress attendee pods accept
+    name_prefix: str = "labserver"  # pods and PVCs are <prefix>-<escaped env id>
+    ready_timeout_s: float = Field(default=300.0, gt=0)  # a pod not Ready by then fails to start
+    api_timeout_s: float = Field(default=30.0, gt=0, le=600)  # each API request
+    api_attempts: int = Field(default=4, ge=1, le=20)  # tries of a call the API server did not answer
+
+
 class LocalSettings(BaseModel):
     """The local backend's isolation (docs/security.md)."""
 
@@ -113,6 +140,7 @@ class Settings(BaseSettings):
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     stuck: StuckSettings = Field(default_factory=StuckSettings)
     docker: DockerSettings = Field(default_factory=DockerSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
 
     @property

@@ -21,7 +21,7 @@ def make_backend(settings: Settings, name: str | None = None) -> Backend:
 
         return DockerBackend(settings)
     if name == "kubernetes":
-        raise ValueError(
-            "the kubernetes backend is not part of this release yet; set LABSERVER_BACKEND to local or docker"
-        )
-    raise ValueError(f"unknown backend {name!r}; set LABSERVER_BACKEND to local or docker")
+        from labserver.backends.kubernetes.backend import KubernetesBackend
+
+        return KubernetesBackend(settings)
+    raise ValueError(f"unknown backend {name!r}; set LABSERVER_BACKEND to local, docker or kubernetes")
