@@ -1,20 +1,74 @@
 """Who may open the live gallery: the page and its stream refuse anonymous callers, attendees (by
-bearer token or cookie) and forged instructor cookies; the instructor gets the page. (The stream's
-content, event by event, is tested in tests/services/test_gallery.py: an event's stream never
-carries another event's terminal.)"""
+bearer token or cookie) and forged instructor cookies; the instructor gets both. The stream is
+asked of a real server (an in-process client would wait for an endless stream to end). (The
+stream's content, event by event, is tested in tests/services/test_gallery.py: an event's stream
+never carries another event's terminal.)"""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
 import pytest
+import uvicorn
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlmodel import Session
 
 from labserver.models import Event
 from labserver.routes.deps import ATTENDEE_COOKIE, INSTRUCTOR_COOKIE
-from tests.conftest import instructor_headers, join
+from labserver.services.events import join as join_event
+from tests.conftest import INSTRUCTOR_TOKEN, instructor_headers, join
+
+
+@pytest.fixture
+def served(app: FastAPI) -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_the_gallery_stream_answers_the_instructor_only(app: FastAPI, event: Event, served: str) -> None:
+    with Session(app.state.ctx.engine, expire_on_commit=False) as db:
+        _, token, _ = join_event(db, event_code=event.code, name="Mallory")
+    url = f"{served}/api/v1/events/{event.id}/gallery/stream"
+    refused = {
+        "anonymous": ({}, {}),
+        "attendee-bearer": ({"Authorization": f"Bearer {token}"}, {}),
+        "attendee-cookie": ({}, {ATTENDEE_COOKIE: token}),
+        "forged-cookie": ({}, {INSTRUCTOR_COOKIE: '{"name": "me", "t": "x"}.forged.sig'}),
+    }
+    for who, (headers, cookies) in refused.items():
+        with (
+            httpx.Client(timeout=10, cookies=cookies) as client,
+            client.stream("GET", url, headers=headers) as resp,
+        ):
+            assert resp.status_code == 403, who
+            assert "text/event-stream" not in resp.headers.get("content-type", ""), who
+    headers = {"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}
+    with httpx.Client(timeout=10) as client, client.stream("GET", url, headers=headers) as resp:
+        assert resp.status_code == 200
+        assert next(resp.iter_lines()) == "event: ready"
 
 
 @pytest.mark.parametrize("who", ["anonymous", "attendee-bearer", "attendee-cookie", "forged-cookie"])
-def test_the_gallery_and_its_stream_refuse_everyone_but_the_instructor(
+def test_the_gallery_page_refuses_everyone_but_the_instructor(
     who: str, client: TestClient, event: Event
 ) -> None:
     token = join(client, "Mallory")["Authorization"].split()[1]
@@ -25,9 +79,6 @@ def test_the_gallery_and_its_stream_refuse_everyone_but_the_instructor(
         client.cookies.set(ATTENDEE_COOKIE, token)
     elif who == "forged-cookie":
         client.cookies.set(INSTRUCTOR_COOKIE, '{"name": "me", "t": "x"}.forged.sig')
-    resp = client.get(f"/api/v1/events/{event.id}/gallery/stream", headers=headers)
-    assert resp.status_code == 403, resp.text
-    assert "text/event-stream" not in resp.headers.get("content-type", "")
     page = client.get(f"/instructor/events/{event.id}/gallery", headers=headers, follow_redirects=False)
     assert page.status_code == 303
     assert page.headers["location"].startswith("/instructor/login")

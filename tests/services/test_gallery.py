@@ -20,7 +20,7 @@ from labserver.services.gallery import COLS, ROWS, GalleryFeed, delta, event_env
 from labserver.terminals import TerminalSession
 
 LAB = "getting-started"
-MEGABYTE = b"head -c 1000000 /dev/zero | tr '\\0' x; echo; echo mark-%s-$((40+2))\r"
+MEGABYTE = b"head -c 1000000 /dev/zero | tr '\\0' x; echo; seq 1 30; echo mark-%s-$((40+2))\r"
 #: one update: at most ROWS lines of COLS characters, plus the list's few numbers and quotes
 UPDATE_MAX = ROWS * (COLS + 4) + 64
 
@@ -74,6 +74,7 @@ def test_a_megabyte_between_ticks_is_one_bounded_update_per_tick(app: FastAPI, e
         stream = gallery_stream(ctx, event, sub, feed, tick_source())
         try:
             assert (await anext(stream))["event"] == "ready"
+            view: dict[int, list[str]] = {}  # what the page shows, rebuilt from the updates
             for n in range(3):
                 pending = asyncio.ensure_future(anext(stream))
                 await print_megabyte(loud, f"{n}a")
@@ -91,8 +92,11 @@ def test_a_megabyte_between_ticks_is_one_bounded_update_per_tick(app: FastAPI, e
                 assert (idle.id in who) == (n == 0)  # sent once in full, then nothing while idle
                 for update in updates:
                     assert len(json.dumps(update, ensure_ascii=False).encode()) <= UPDATE_MAX
-                mine = next(u for u in updates if u[0] == busy.id)
-                assert mine[1] == LAB and mine[4][-2:] == [f"mark-{n}b-42", "getting-started$"]
+                for attendee, lab, drop, keep, tail in updates:
+                    assert lab == LAB
+                    view[attendee] = view.get(attendee, [])[drop : drop + keep] + tail
+                lines = view[busy.id]
+                assert lines == [*map(str, range(23, 31)), f"mark-{n}b-42", "getting-started$"]
         finally:
             await stream.aclose()
             await ctx.terminals.close_all()
