@@ -3,8 +3,9 @@
  *   thumbs  {"t": [[attendee, lab, drop, keep, tail], ...]}: lines = old.slice(drop, drop + keep).concat(tail);
  *           lab null = no terminal open (labserver/services/gallery.py)
  *   cell / env / help / resync: the grid deltas (labserver/routes/instructor_stream.py), for sorting.
- * Updates are applied once per animation frame, only to the thumbnails that changed; cards off
- * screen are skipped by the browser (content-visibility), so 200 thumbnails stay light. */
+ * Updates are applied once per animation frame, only to the thumbnails that changed and are on screen
+ * (a card off screen is drawn when it scrolls into view; the browser skips rendering it meanwhile:
+ * content-visibility), so 200 thumbnails stay light. */
 (function () {
   'use strict';
 
@@ -27,7 +28,7 @@
   let hands = new Set();
   const pending = new Map(); // attendee id -> true: thumbnail text to draw on the next frame
   let frameAsked = false;
-  const stats = { messages: 0, updates: 0, chars: 0, applyMs: 0 };  // read by bench/gallery.py
+  const stats = { messages: 0, updates: 0, chars: 0, draws: 0, drawMs: 0, drawMaxMs: 0 };  // read by bench/gallery.py
   window.galleryStats = stats;
 
   function card(id, name) {
@@ -42,9 +43,10 @@
     el.innerHTML = '<div class="g-head"><b class="g-name"></b><span class="g-flags"></span><span class="spacer"></span>' +
       '<span class="g-lab muted"></span><span class="g-prog"></span></div><pre class="g-lines"></pre>';
     el.querySelector('.g-name').textContent = name || ('#' + id);
-    c = { id, name: name || '', el, pre: el.querySelector('.g-lines'), lab: null, lines: [], cells: new Map(), stuck: false, hand: false };
+    c = { id, name: name || '', el, pre: el.querySelector('.g-lines'), lab: null, lines: [], cells: new Map(), visible: false, stale: false };
     c.pre.textContent = S.no_terminal;
     cards.set(id, c);
+    seen.observe(el);
     link(c);
     box.appendChild(el);
     return c;
@@ -105,18 +107,32 @@
   $('#g-name').addEventListener('input', orderSoon);
 
   // -- thumbnails ------------------------------------------------------------------------------
+  // a thumbnail off screen is drawn when it scrolls into view, not on every update
+  const seen = new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      const c = cards.get(Number(e.target.dataset.a));
+      if (!c) continue;
+      c.visible = e.isIntersecting;
+      if (c.visible && c.stale) { pending.set(c.id, true); if (!frameAsked) { frameAsked = true; requestAnimationFrame(draw); } }
+    }
+  }, { rootMargin: '200px' });
+
   function draw() {
     frameAsked = false;
     const t = performance.now();
     for (const id of pending.keys()) {
       const c = cards.get(id);
       if (!c) continue;
+      c.stale = !c.visible;
+      if (c.stale) continue;
       c.pre.textContent = c.lab == null ? S.no_terminal : c.lines.join('\n');
-      c.el.dataset.term = c.lab == null ? 'none' : 'open';
       c.el.querySelector('.g-lab').textContent = c.lab || '';
     }
     pending.clear();
-    stats.applyMs = performance.now() - t;
+    const took = performance.now() - t;
+    stats.draws++;
+    stats.drawMs += took;
+    stats.drawMaxMs = Math.max(stats.drawMaxMs, took);
   }
 
   function onThumbs(d) {
@@ -126,6 +142,8 @@
         c.lines = (c.lab === lab ? c.lines.slice(drop, drop + keep) : []).concat(tail);
         if (c.lab !== lab) { c.lab = lab; link(c); }
       }
+      const term = lab == null ? 'none' : 'open';
+      if (c.el.dataset.term !== term) c.el.dataset.term = term;
       pending.set(id, true);
       stats.updates++;
     }
@@ -166,7 +184,7 @@
       document.body.dataset.live = 'ready';
       live.textContent = '';
       if (readyOnce) {  // a new stream sends every open terminal again; the rest have none
-        for (const c of cards.values()) { c.lab = null; c.lines = []; pending.set(c.id, true); }
+        for (const c of cards.values()) { c.lab = null; c.lines = []; c.el.dataset.term = 'none'; pending.set(c.id, true); }
         if (!frameAsked) { frameAsked = true; requestAnimationFrame(draw); }
         loadGrid().catch(() => {});
       }
