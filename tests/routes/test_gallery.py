@@ -1,11 +1,13 @@
 """Who may open the live gallery: the page and its stream refuse anonymous callers, attendees (by
-bearer token or cookie) and forged instructor cookies; the instructor gets both. The stream is
+bearer token or cookie) and forged instructor cookies; the instructor gets both. Thirty gallery
+streams at once hold no database connection. The stream is
 asked of a real server (an in-process client would wait for an endless stream to end). (The
 stream's content, event by event, is tested in tests/services/test_gallery.py: an event's stream
 never carries another event's terminal.)"""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -96,3 +98,42 @@ def test_the_instructor_gets_the_gallery_page_and_a_missing_event_is_a_404(
     )  # the dashboard links to it
     missing = client.get("/api/v1/events/999999/gallery/stream", headers=instructor_headers())
     assert missing.status_code == 404
+
+
+def test_thirty_gallery_streams_at_once_leave_the_database_pool_free(
+    app: FastAPI, event: Event, served: str
+) -> None:
+    """More open galleries than the pool has connections (5 + 10): each is ready, none holds one."""
+    engine = app.state.ctx.engine
+    headers = {"Authorization": f"Bearer {INSTRUCTOR_TOKEN}"}
+    url = f"{served}/api/v1/events/{event.id}/gallery/stream"
+
+    async def go() -> None:
+        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=40)) as client:
+            ready = asyncio.Event()
+            count = 0
+
+            async def one() -> None:
+                nonlocal count
+                async with client.stream("GET", url, headers=headers) as resp:
+                    assert resp.status_code == 200
+                    lines = resp.aiter_lines()
+                    assert await anext(lines) == "event: ready"
+                    count += 1
+                    if count == 30:
+                        ready.set()
+                    await asyncio.sleep(3600)  # held open until cancelled
+
+            tasks = [asyncio.ensure_future(one()) for _ in range(30)]
+            try:
+                await asyncio.wait_for(ready.wait(), 30)
+                assert app.state.ctx.live.subscribers >= 30
+                assert engine.pool.checkedout() == 0
+                me = await client.get(f"{served}/api/v1/events/{event.id}", headers=headers)
+                assert me.status_code == 200
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(go())
