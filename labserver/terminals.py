@@ -70,6 +70,8 @@ class TerminalSession:
         self.key = key
         self.term = term
         self.scrollback = bytearray()
+        #: bytes of output since the shell started (a read API: the gallery sees a change by it)
+        self.output_bytes = 0
         self.viewers: set[Viewer] = set()
         self.closed = False
         #: set once the shell reads its input (its first prompt is out), or it has ended; viewers
@@ -94,6 +96,7 @@ class TerminalSession:
                 if not self.ready.is_set():
                     self._look_for_prompt(data)
                 self.scrollback.extend(data)
+                self.output_bytes += len(data)
                 if len(self.scrollback) > SCROLLBACK:
                     del self.scrollback[: len(self.scrollback) - SCROLLBACK]
                 for q in list(self.viewers):

@@ -658,6 +658,7 @@
         retry = setTimeout(connectTerm, 2000);
       };
     }
+    if (params.get('term') && labs.some((l) => l.id === params.get('term'))) $('#term-lab').value = params.get('term');  // from the gallery
     $('#term-lab').addEventListener('change', connectTerm);
     window.addEventListener('resize', () => { try { fit.fit(); } catch (e) { /* ignore */ } });
 
