@@ -3,8 +3,8 @@ instructor's downloads, from the server's database and labs); ``labserver verify
 completion record offline against the event's public key (services/completion.py).
 
 ``verify`` exits 0 when the record is intact and signed by a key given with ``--key``; 1 when it
-was changed, is not a completion record, or is signed by another key; 2 when it is intact but no
-``--key`` was given, so who signed it is not known."""
+was changed, is not a completion record, or is signed by another key; 3 when it is intact but no
+``--key`` was given, so who signed it is not known (2: a wrong command line, as for every command)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def verify(
             f"  signed by key {verdict.key_id}; pass --key with the public key shown on the event's page "
             "to confirm it was this event."
         )
-        raise typer.Exit(2)
+        raise typer.Exit(3)
     typer.echo(f"VALID: {verdict.summary}")
     typer.echo(f"  signed by the event's key {verdict.key_id}")
 

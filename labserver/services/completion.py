@@ -122,12 +122,12 @@ def build_record(
         if first is None or first.id is None:
             imported = any(r.status == CheckStatus.imported for r in mine)
             why = (
-                "it was imported from a progress file: press Check on it here to confirm it"
+                "was imported from a progress file: press Check on it here to confirm it"
                 if imported
-                else "it has not passed yet"
+                else "has not passed yet"
             )
             raise CompletionRefused(
-                f"There is no completion record for {lab.id} yet: step {step.index} "
+                f"There is no completion record for {lab.id} yet: step {step.index + 1} "
                 f"({step.spec.title.get('en')}) {why}. Every step must pass its check on this server."
             )
         before = [

@@ -242,7 +242,7 @@ def _step_report(
         if lab_id == lab.id and step_id in later and cell.first_pass is not None:
             reached.add(a)
     passers = {a: c for a, c in mine.items() if c.first_pass is not None}
-    runs = [r for c in mine.values() for r in c.runs]
+    runs = sorted((r for c in mine.values() for r in c.runs), key=lambda r: r.id)  # in time order
     hinted = {a for a in mine if (a, lab.id, step.id) in facts.hints}
     return StepReport(
         id=step.id,
