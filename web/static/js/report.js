@@ -1,4 +1,4 @@
-// The post-event report's charts (templates/_report_body.html): a funnel (reached / passed / stopped
+// The post-event report's charts (templates/_instructor_report_body.html): a funnel (reached / passed / stopped
 // per step) and the time to pass per step (median, p90), per lab, drawn with Chart.js from the
 // report JSON in #report-data. A plain script (not a module) so the self-contained download can
 // inline it. When every chart is drawn, <body data-charts="ready"> (tests wait for it).
