@@ -188,3 +188,16 @@ def test_the_report_is_the_instructors_only(app: FastAPI, event: Event) -> None:
         # the instructor's key is the attendees' one
         key = client.get(api[2], headers=instructor_headers()).json()
         assert client.get("/api/v1/completion-key", headers=ada).json() == key
+
+
+def test_removing_an_attendee_removes_their_digests_and_hint_opens(app: FastAPI, event: Event) -> None:
+    with TestClient(app) as client:
+        ada = join(client, "Ada")
+        aid = _me(client, ada)
+        _pass(app, event, aid, STEPS[:2])
+        assert client.post(f"/api/v1/labs/{LAB}/steps/run-script/hints", headers=ada).status_code == 200
+        resp = client.delete(f"/api/v1/events/{event.id}/attendees/{aid}", headers=instructor_headers())
+        assert resp.status_code == 200, resp.text
+    with Session(app.state.ctx.engine) as s:
+        assert s.exec(select(CheckFiles)).all() == [] and s.exec(select(HintOpen)).all() == []
+        assert s.exec(select(CheckRun)).all() == []
