@@ -176,7 +176,9 @@ async def simulate(n: int, seed: int, data: Path) -> tuple[Settings, Event, floa
             me = s.get(Attendee, attendee.id)
             assert ev is not None and me is not None and me.id is not None
             if failures == 0:
-                progress.open_step(ctx, s, event_id=ev.id or 0, attendee_id=me.id, lab_id=LAB, step_id=step.id)
+                progress.open_step(
+                    ctx, s, event_id=ev.id or 0, attendee_id=me.id, lab_id=LAB, step_id=step.id
+                )
                 counts["opened"] += 1
                 think = rng.lognormvariate(0, 0.5) * minutes * 60 * skill
                 heapq.heappush(queue, (now + think, order, i, k, -1))  # -1: the first Check is due
@@ -210,13 +212,17 @@ async def simulate(n: int, seed: int, data: Path) -> tuple[Settings, Event, floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--attendees", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "labserver-report-bench")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="reportbench") as tmp:
-        settings, event, simulated, counts = asyncio.run(simulate(args.attendees, args.seed, Path(tmp) / "data"))
+        settings, event, simulated, counts = asyncio.run(
+            simulate(args.attendees, args.seed, Path(tmp) / "data")
+        )
         ctx = build_context(settings)
         t0 = time.perf_counter()
         with Session(ctx.engine) as s:
@@ -248,7 +254,11 @@ def main() -> None:
             f"{s.id:<20}{s.reached:>8}{s.passed:>7}{(s.time_to_pass_s.median or 0) / 60:>8.1f}"
             f"{(s.time_to_pass_s.p90 or 0) / 60:>8.1f}{s.attempts_before_pass.median or 0:>8.1f}"
             f"{s.failed_runs:>7}{s.error_runs:>7}{s.hints_opened:>6}{s.stopped_here:>8}  "
-            + (f"{top.template[:70]} ({top.count}/{top.attendees}), {len(s.top_failures)} templates" if top else "")
+            + (
+                f"{top.template[:70]} ({top.count}/{top.attendees}), {len(s.top_failures)} templates"
+                if top
+                else ""
+            )
         )
 
 

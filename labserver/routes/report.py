@@ -59,7 +59,9 @@ def standalone_html(ctx: AppContext, data: ReportPublic, key: CompletionKeyPubli
         "chartjs": _inline(chart.read_text(encoding="utf-8")) if chart.is_file() else "",
         "reportjs": _inline((web / "static" / "js" / "report.js").read_text(encoding="utf-8")),
     }
-    return jinja_env(templates_dir(ctx), lang).get_template("instructor_report_standalone.html").render(context)
+    return (
+        jinja_env(templates_dir(ctx), lang).get_template("instructor_report_standalone.html").render(context)
+    )
 
 
 def _attachment(event_code: str, ext: str) -> dict[str, str]:
