@@ -8,11 +8,14 @@ from __future__ import annotations
 import hashlib
 import threading
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from labserver import clock
+from labserver.backends.base import MAX_ARCHIVE_BYTES, EnvRef, TooBig
+from labserver.backends.local import LocalBackend
 from labserver.models import CheckFiles, CheckRun, Event, HintOpen
 from labserver.services import completion
 from tests.conftest import instructor_headers, join
@@ -51,7 +54,20 @@ def _key(client: TestClient, headers: dict[str, str]) -> bytes:
     return completion.parse_key(client.get("/api/v1/completion-key", headers=headers).json()["public_key"])
 
 
-def test_a_passing_check_keeps_the_digests_of_the_lab_folder(app: FastAPI, event: Event) -> None:
+class ArchiveTooBigLocal(LocalBackend):
+    """The local backend, with every lab folder too big for one archive (as a huge output would make
+    it): the digests are then read file by file."""
+
+    async def archive(self, ref: EnvRef, path: str) -> bytes:
+        raise TooBig(f"The folder {path}", MAX_ARCHIVE_BYTES + 1, MAX_ARCHIVE_BYTES)
+
+
+@pytest.mark.parametrize("folder_too_big_for_an_archive", [False, True])
+def test_a_passing_check_keeps_the_digests_of_the_lab_folder(
+    app: FastAPI, event: Event, folder_too_big_for_an_archive: bool
+) -> None:
+    if folder_too_big_for_an_archive:
+        app.state.ctx.backend = ArchiveTooBigLocal(app.state.ctx.settings)
     with TestClient(app) as client:
         ada = join(client, "Ada")
         kind = (app.state.ctx.settings.labs_dir / LAB / "solution" / "device.txt").read_bytes()
@@ -65,6 +81,7 @@ def test_a_passing_check_keeps_the_digests_of_the_lab_folder(app: FastAPI, event
         files = {f["path"]: f for f in row.files}
         assert files["device.txt"]["sha256"] == hashlib.sha256(kind).hexdigest()
         assert "device_info.py" in files  # the whole lab folder, not only the file the step asks for
+        assert all(f["sha256"] and f["size"] >= 0 for f in row.files) and len(files) == len(row.files)
 
 
 def test_a_finished_lab_gives_a_record_that_verifies_offline(app: FastAPI, event: Event) -> None:
