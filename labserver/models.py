@@ -191,5 +191,7 @@ class CheckFiles(SQLModel, table=True):
     list of ``{"path", "size", "sha256"}`` (``sha256`` null for a file too big to hash)."""
 
     __tablename__ = "check_files"
-    run_id: int = Field(primary_key=True, foreign_key="check_runs.id")
+    # the run's id, no foreign key on purpose: whatever deletes check runs (removing an attendee,
+    # a test losing the room's runs) need not know of this table; a row without its run is never read
+    run_id: int = Field(primary_key=True)
     files: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))

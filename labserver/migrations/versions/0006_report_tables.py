@@ -30,7 +30,7 @@ def upgrade() -> None:
     op.create_index("ix_hint_opens_attendee_id", "hint_opens", ["attendee_id"])
     op.create_table(
         "check_files",
-        sa.Column("run_id", sa.Integer(), sa.ForeignKey("check_runs.id"), primary_key=True),
+        sa.Column("run_id", sa.Integer(), primary_key=True),  # no foreign key: see models.CheckFiles
         sa.Column("files", sa.JSON(), nullable=False),
     )
 
