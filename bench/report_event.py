@@ -246,13 +246,14 @@ def main() -> None:
     ttf = lab.time_to_finish_s
     print(f"{lab.id}: {lab.started} started, {lab.finished} finished; time to finish median "
           f"{(ttf.median or 0) / 60:.0f} min, p90 {(ttf.p90 or 0) / 60:.0f} min")  # fmt: skip
-    print(f"{'step':<20}{'reached':>8}{'passed':>7}{'med min':>8}{'p90 min':>8}{'att.med':>8}"
+    print(f"{'step':<20}{'reached':>8}{'passed':>7}{'med min':>8}{'p90 min':>8}{'att.med':>8}{'att.p90':>8}"
           f"{'failed':>7}{'errors':>7}{'hints':>6}{'stopped':>8}  top failure (checks/attendees)")  # fmt: skip
     for s in lab.steps:
         top = s.top_failures[0] if s.top_failures else None
         print(
             f"{s.id:<20}{s.reached:>8}{s.passed:>7}{(s.time_to_pass_s.median or 0) / 60:>8.1f}"
             f"{(s.time_to_pass_s.p90 or 0) / 60:>8.1f}{s.attempts_before_pass.median or 0:>8.1f}"
+            f"{s.attempts_before_pass.p90 or 0:>8.1f}"
             f"{s.failed_runs:>7}{s.error_runs:>7}{s.hints_opened:>6}{s.stopped_here:>8}  "
             + (
                 f"{top.template[:70]} ({top.count}/{top.attendees}), {len(s.top_failures)} templates"
