@@ -26,7 +26,7 @@ from labserver.content import LabCatalog
 from labserver.csrf import CSRFMiddleware
 from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
-from labserver.routes import api, instructor, pages, progress, terminal
+from labserver.routes import api, completion, instructor, pages, progress, terminal
 from labserver.services import workspace_full
 from labserver.services.admission import Admission, default_limit
 from labserver.services.context import AppContext
@@ -44,6 +44,7 @@ VENDOR = {
     "xterm": "@xterm/xterm",
     "xterm-addon-fit": "@xterm/addon-fit",
     "codemirror": "codemirror",
+    "chart.js": "chart.js",
 }
 
 
@@ -190,7 +191,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404)
         return FileResponse(target)
 
-    for module in (api, terminal, progress, pages, instructor):
+    for module in (api, terminal, progress, completion, pages, instructor):
         app.include_router(module.router)
 
     static = settings.web_dir / "static"

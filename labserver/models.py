@@ -171,3 +171,27 @@ class Node(SQLModel, table=True):
     cards: list[int] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     healthy: bool = True
     updated_at: dt.datetime = Field(default_factory=_now)
+
+
+class HintOpen(SQLModel, table=True):
+    """The first time an attendee opened a step's hints (services/hints.py; the post-event report)."""
+
+    __tablename__ = "hint_opens"
+    __table_args__ = (UniqueConstraint("attendee_id", "lab_id", "step_id"),)
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="events.id", index=True)
+    attendee_id: int = Field(foreign_key="attendees.id", index=True)
+    lab_id: str = Field(max_length=64)
+    step_id: str = Field(max_length=64)
+    opened_at: dt.datetime = Field(default_factory=_now)
+
+
+class CheckFiles(SQLModel, table=True):
+    """Digests of the lab folder a passing check judged (services/check_files.py): ``files`` is a
+    list of ``{"path", "size", "sha256"}`` (``sha256`` null for a file too big to hash)."""
+
+    __tablename__ = "check_files"
+    # the run's id, no foreign key on purpose: whatever deletes check runs (removing an attendee,
+    # a test losing the room's runs) need not know of this table; a row without its run is never read
+    run_id: int = Field(primary_key=True)
+    files: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))

@@ -506,6 +506,147 @@ class ImportReportPublic(_Out):
 
 
 # -- non-JSON answers, for OpenAPI ------------------------------------------------------------------
+# -- the post-event report (services/report.py) and completion records (services/completion.py) -----
+class Stat(_Out):
+    """Seconds (or counts): ``median`` (the middle value, mean of the two middle ones), ``p90``
+    (nearest rank), ``max``, over ``n`` values; null when ``n`` is 0."""
+
+    n: int
+    median: float | None = None
+    p90: float | None = None
+    max: float | None = None
+
+
+class MessageGroup(_Out):
+    """Check messages that share one template (numbers and quoted names replaced, see
+    :func:`labserver.services.report.message_template`)."""
+
+    template: str
+    count: int  # runs
+    attendees: int
+    example: str  # one message as the checker wrote it
+
+
+class StepReport(_Out):
+    id: str
+    title: str
+    index: int  # 1-based
+    reached: int  # attendees with any activity here, or a pass of a later step of the lab
+    attempted: int  # attendees with at least one finished check
+    passed: int
+    time_to_pass_s: Stat  # from the first activity on the step to its first pass
+    attempts_before_pass: Stat  # finished checks before the first pass (0: passed at once)
+    failed_runs: int
+    top_failures: list[MessageGroup]
+    error_runs: int  # checker errors and timeouts: a fault, not the attendee's
+    errors: list[MessageGroup]
+    not_gradable_runs: int  # runs with the status ``not_gradable`` (when the server has it)
+    not_gradable: list[MessageGroup]
+    hints_opened: int  # attendees who opened the hints
+    hints_before_pass: int  # of those who passed: opened the hints first
+    stopped_here: int  # started the lab, did not finish it, and this is their first step not passed
+
+
+class LabReport(_Out):
+    id: str
+    title: str
+    started: int  # attendees with any activity in the lab
+    finished: int  # every step passed
+    time_to_finish_s: Stat  # from the first activity in the lab to the last first pass
+    steps: list[StepReport]
+
+
+class TimelineEntry(_Out):
+    at: str  # ISO time
+    t: float  # seconds since the report's ``t0``
+    lab: str
+    step: str
+    kind: str  # opened | hints | check
+    status: str = ""  # of a check: passed | failed | error | timeout | not_gradable | imported
+    message: str = ""  # of a check that did not pass (first 200 characters)
+
+
+class AttendeeTimeline(_Out):
+    id: int
+    name: str
+    steps_passed: int
+    labs_finished: list[str]
+    stopped_at: list[str]  # "lab/step" where they stopped, per lab started and not finished
+    entries: list[TimelineEntry]
+    entries_truncated: bool = False
+
+
+class ReportPublic(_Out):
+    """The post-event report of one event (docs/report.md)."""
+
+    format: str = "labserver-report"
+    schema_version: int = 1
+    event: EventRef
+    generated_at: str
+    t0: str | None  # the first activity of the event
+    attendees: int
+    labs: list[LabReport]
+    timelines: list[AttendeeTimeline]
+
+
+class CompletionKeyPublic(_Out):
+    """The public key that signs the event's completion records (``labserver verify --key``)."""
+
+    alg: str
+    key_id: str
+    public_key: str  # base64 of the raw 32-byte Ed25519 public key
+
+
+class CompletionFile(_Out):
+    path: str  # relative to the lab folder
+    size: int
+    sha256: str | None  # null: too big to hash (services/check_files.py)
+
+
+class CompletionStep(_Out):
+    id: str
+    title: str
+    started_at: str
+    passed_at: str  # the first passing check run
+    attempts: int  # finished checks up to and including that pass
+    hints_opened: bool
+    run_id: int
+    files: list[CompletionFile]
+
+
+class CompletionLab(_Out):
+    id: str
+    title: str
+    steps: int
+
+
+class CompletionSignature(_Out):
+    alg: str  # Ed25519
+    key_id: str
+    public_key: str  # base64, 32 bytes
+    value: str  # base64, 64 bytes, over the canonical JSON without "signature"
+
+
+class CompletionRecordPublic(_Out):
+    """A signed completion record (services/completion.py, docs/report.md)."""
+
+    format: str
+    schema_version: int
+    issued_at: str
+    labserver_version: str
+    event: EventRef
+    attendee: AttendeeRef
+    lab: CompletionLab
+    started_at: str
+    finished_at: str
+    steps: list[CompletionStep]
+    signature: CompletionSignature
+
+
+class HintsOpenedPublic(_Out):
+    first: bool  # the first time this attendee opened these hints
+
+
 def media(media_type: str, description: str, schema: dict[str, Any] | None = None) -> dict[int | str, Any]:
     """``responses=`` for a route whose 200 answer is not JSON (a file, CSV, SVG, a stream)."""
     return {

@@ -1,6 +1,7 @@
 """The ``labserver`` command (typer): ``serve``, ``lint``, ``selftest``, ``check``, ``db``, and the
-groups mounted below from their own modules (``images``, ``env``, the self-paced commands). Every
-sub-command module is imported here by name: a broken import fails the start loudly."""
+groups mounted below from their own modules (``images``, ``env``, ``report`` and ``verify``, the
+self-paced commands). Every sub-command module is imported here by name: a broken import fails the
+start loudly."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import typer
 
 from labserver.cli import env as env_cli
 from labserver.cli import images as images_cli
+from labserver.cli import report as report_cli
 from labserver.cli import selfpaced as selfpaced_cli
 from labserver.config import Settings
 
@@ -178,6 +180,7 @@ def db_upgrade(revision: str = "head") -> None:
     typer.echo(f"database at {settings.sqlalchemy_url.split('@')[-1]} is at {revision}")
 
 
+report_cli.register(app)  # report, verify
 selfpaced_cli.register(app)  # selfpaced, labs, progress, export-site (listed after the commands above)
 
 

@@ -70,7 +70,7 @@ class HelpIn(BaseModel):
     note: str = Field(default="", max_length=1000)
 
 
-def _lab(ctx: Ctx, me: Me, lab_id: str) -> Lab:
+def attendee_lab(ctx: Ctx, me: Me, lab_id: str) -> Lab:
     lab = ctx.catalog.get(lab_id)
     if lab is None or lab_id not in environments.event_labs(ctx, me.event):
         broken = ctx.catalog.broken.get(lab_id)
@@ -84,7 +84,7 @@ def _lab(ctx: Ctx, me: Me, lab_id: str) -> Lab:
     return lab
 
 
-def _step(lab: Lab, step_id: str) -> Step:
+def lab_step(lab: Lab, step_id: str) -> Step:
     step = lab.step(step_id)
     if step is None:
         raise HTTPException(404, f"Lab {lab.id!r} has no step {step_id!r}.")
@@ -159,7 +159,7 @@ def api_lab(
 ) -> LabDetailPublic:
     """One lab: its steps (instructions rendered, locked ones empty) and my progress."""
     lang = pick_lang(request)
-    lab = _lab(ctx, me, lab_id)
+    lab = attendee_lab(ctx, me, lab_id)
     steps = [StepPublic.of(lab, s, lang, progress.is_locked(me.event, lab, s.index)) for s in lab.steps]
     summary = LabSummaryPublic.of(lab, lang).model_dump(exclude={"steps"})
     return LabDetailPublic(**summary, steps=steps, progress=_progress(session, me, lab))
@@ -170,8 +170,8 @@ def api_open_step(
     lab_id: str, step_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep
 ) -> StatusPublic:
     """Record that I opened a step (time on step starts then)."""
-    lab = _lab(ctx, me, lab_id)
-    _step(lab, step_id)
+    lab = attendee_lab(ctx, me, lab_id)
+    lab_step(lab, step_id)
     progress.open_step(
         ctx, session, event_id=me.event.id or 0, attendee_id=me.id, lab_id=lab_id, step_id=step_id
     )
@@ -201,7 +201,7 @@ def _lab_path(lab: Lab, path: str) -> str:
 @router.get("/labs/{lab_id}/files", response_model=list[FilePublic])
 async def api_files(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> list[FilePublic]:
     """Every file and folder of the lab folder in my environment (paths relative to it)."""
-    lab = _lab(ctx, me, lab_id)
+    lab = attendee_lab(ctx, me, lab_id)
 
     async def listing(ref: EnvRef) -> list[FilePublic]:
         prefix = lab.id + "/"
@@ -240,7 +240,7 @@ async def api_read_file(
     lab_id: str, path: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep
 ) -> Response:
     """One file of the lab folder, as bytes, with its ETag for a later conditional save."""
-    lab = _lab(ctx, me, lab_id)
+    lab = attendee_lab(ctx, me, lab_id)
     target = _lab_path(lab, path)
 
     async def read(ref: EnvRef) -> bytes:
@@ -272,7 +272,7 @@ async def api_write_file(
     session: SessionDep,
 ) -> SavedPublic | JSONResponse:
     """Save a file (body = its bytes); with ``If-Match`` it is refused (409) when it changed on disk."""
-    lab = _lab(ctx, me, lab_id)
+    lab = attendee_lab(ctx, me, lab_id)
     data = await request.body()
     lang = pick_lang(request)
     if len(data) > MAX_EDIT_BYTES:
@@ -317,8 +317,8 @@ async def api_check(
     lab_id: str, step_id: str, request: Request, me: CurrentAttendee, ctx: Ctx, session: SessionDep
 ) -> CheckRunPublic:
     """Run the step's checker against my environment; the result is committed before it is returned."""
-    lab = _lab(ctx, me, lab_id)
-    step = _step(lab, step_id)
+    lab = attendee_lab(ctx, me, lab_id)
+    step = lab_step(lab, step_id)
     if progress.is_locked(me.event, lab, step.index):
         raise HTTPException(
             423, gettext(pick_lang(request), "This step is not open yet: the instructor will unlock it.")
@@ -334,8 +334,8 @@ def api_runs(
     lab_id: str, step_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep
 ) -> list[CheckRunPublic]:
     """My last 50 check runs of a step, newest first."""
-    lab = _lab(ctx, me, lab_id)
-    _step(lab, step_id)
+    lab = attendee_lab(ctx, me, lab_id)
+    lab_step(lab, step_id)
     runs = checking.runs_of(session, attendee_id=me.id, lab_id=lab_id, step_id=step_id, limit=50)
     return [CheckRunPublic.of(r) for r in runs]
 
@@ -343,7 +343,7 @@ def api_runs(
 @router.post("/labs/{lab_id}/reset", response_model=ResetPublic)
 async def api_reset(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> ResetPublic:
     """Put the lab folder back to its starter; my old files go to a dated backup folder."""
-    lab = _lab(ctx, me, lab_id)
+    lab = attendee_lab(ctx, me, lab_id)
     backup = await environments.reset_lab(ctx, session, event=me.event, attendee=me.attendee, lab_id=lab.id)
     return ResetPublic(lab=lab.id, backup=backup)
 
@@ -355,7 +355,7 @@ async def api_reset(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: Session
 )
 async def api_download(lab_id: str, me: CurrentAttendee, ctx: Ctx, session: SessionDep) -> Response:
     """Download my lab folder as a zip."""
-    lab = _lab(ctx, me, lab_id)
+    lab = attendee_lab(ctx, me, lab_id)
 
     async def zipped(ref: EnvRef) -> bytes:
         return await ctx.backend.archive(ref, lab.id)

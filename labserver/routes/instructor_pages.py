@@ -31,7 +31,7 @@ from labserver.routes.deps import (
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.routes.pages import base_context, render_page, safe_next
 from labserver.schemas import EnvironmentPublic, EventPublic
-from labserver.services import event_admin, seats
+from labserver.services import completion, event_admin, seats
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs, get_row
 from labserver.services.event_admin import EventError
@@ -308,6 +308,7 @@ def dashboard_context(request: Request, ctx: AppContext, session: Session, me: s
         "seats_total": seats_total,
         "seats_used": seats_used,
         "labs": labs,
+        "completion_key": completion.public_key(event, ctx.settings.ensure_secret_key()).model_dump(),
         "config": {"event": event.id, "lang": lang, "me": me},
     }
 

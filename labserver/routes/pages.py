@@ -26,7 +26,7 @@ from labserver.content import Lab
 from labserver.i18n import LANG_NAMES, LANGS, pick_lang, translations
 from labserver.routes.deps import LANG_COOKIE, Ctx, OptionalAttendee, SessionDep
 from labserver.schemas import EnvironmentPublic, LabSummaryPublic, StepPublic
-from labserver.services import environments, progress
+from labserver.services import completion, environments, progress
 from labserver.services.context import AppContext
 
 router = APIRouter(include_in_schema=False)
@@ -124,7 +124,8 @@ def labs_context(request: Request, ctx: AppContext, session: Session, me: Any) -
         for lab_id in wanted
         if lab_id in ctx.catalog.broken
     ]
-    return {**base, "labs": labs, "unavailable": unavailable}
+    key = completion.public_key(me.event, ctx.settings.ensure_secret_key())
+    return {**base, "labs": labs, "unavailable": unavailable, "completion_key": key.model_dump()}
 
 
 def pick_step(lab: Lab, steps: list[Context], wanted: str) -> str:

@@ -17,8 +17,8 @@ from labserver.checks.verdict import interpret
 from labserver.content import Lab, Step
 from labserver.db import release
 from labserver.live import Kind
-from labserver.models import Attendee, CheckRun, CheckStatus, Event
-from labserver.services import workspace_full
+from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
+from labserver.services import check_files, workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import with_environment
 
@@ -84,12 +84,17 @@ async def run_check(
     assert event.id is not None and attendee.id is not None
     event_id, attendee_id = event.id, attendee.id
 
+    files: list[dict[str, object]] = []  # digests of the lab folder a pass judged (completion records)
+
     async def attempt(ref: EnvRef) -> CheckRaw:
         request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)
         async with check_slot(
             ctx, event_id=event_id, attendee_id=attendee_id, run_id=run.id, lab=lab.id, step=step.id
         ):
-            return await ctx.backend.run_check(ref, request)
+            raw = await ctx.backend.run_check(ref, request)
+        if interpret(raw, step.spec.timeout_s).status == CheckStatus.passed:
+            files[:] = await check_files.digest_lab(ctx, ref, lab.id)
+        return raw
 
     release(session)  # the caller's reads end before waiting for the attendee's check lock
     async with ctx.check_lock(attendee.id):
@@ -123,6 +128,8 @@ async def run_check(
         finally:
             run.finished_at = clock.now()
             session.add(run)
+            if run.status == CheckStatus.passed and run.id is not None:
+                session.add(CheckFiles(run_id=run.id, files=files))
             session.commit()  # committed before anyone sees it
             session.refresh(run)
             release(session)

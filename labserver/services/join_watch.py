@@ -14,8 +14,8 @@ suspicious:
 - ``idle``: the attendee never opened a step but has run checks.
 
 :func:`remove` takes an attendee out of the event for good. Their shells are closed, their
-environment is destroyed (workspace included), their rows are deleted (check runs, step starts,
-help requests, environment, attendee) and their token stops working. The engine call happens
+environment is destroyed (workspace included), their rows are deleted (check runs and their file
+digests, hint opens, step starts, help requests, environment, attendee) and their token stops working. The engine call happens
 before the database changes, and no session is held across it.
 """
 
@@ -24,7 +24,16 @@ from __future__ import annotations
 from sqlalchemy import delete
 from sqlmodel import Session, col, select
 
-from labserver.models import Attendee, CheckRun, Environment, Event, HelpRequest, StepStart
+from labserver.models import (
+    Attendee,
+    CheckFiles,
+    CheckRun,
+    Environment,
+    Event,
+    HelpRequest,
+    HintOpen,
+    StepStart,
+)
 from labserver.services.context import AppContext
 from labserver.services.environments import ref_of
 
@@ -103,7 +112,10 @@ async def remove(ctx: AppContext, session: Session, *, event: Event, attendee: A
         await ctx.terminals.close_env(env_id)
     if ref is not None:
         await ctx.backend.destroy(ref)
+    runs = select(CheckRun.id).where(col(CheckRun.attendee_id) == attendee.id)
+    session.execute(delete(CheckFiles).where(col(CheckFiles.run_id).in_(runs)))
     for table, column in (
+        (HintOpen, HintOpen.attendee_id),
         (CheckRun, CheckRun.attendee_id),
         (StepStart, StepStart.attendee_id),
         (HelpRequest, HelpRequest.attendee_id),

@@ -67,6 +67,7 @@ function setStepStatus(step, status) {
   const passed = Object.values(statuses).filter((s) => s === 'passed').length;
   progressEl.dataset.passed = String(passed);
   progressEl.textContent = progressEl.textContent.replace(/\d+\s*\/\s*\d+/, `${passed}/${config.total}`);
+  document.getElementById('completion-record').hidden = passed < config.total;
 }
 
 const checks = new StepChecks(labId, { onStatus: setStepStatus });
@@ -95,6 +96,17 @@ for (const chip of document.querySelectorAll('.step-chip')) {
 document.getElementById('prev-step').addEventListener('click', () => selectStep(stepIds[stepIds.indexOf(current) - 1]));
 document.getElementById('next-step').addEventListener('click', () => selectStep(stepIds[stepIds.indexOf(current) + 1]));
 selectStep(config.step, { push: false });
+
+// ---- hints opened: told once per step (the post-event report counts them) ----------------------
+// ('toggle' does not bubble: listen in the capture phase, so hints added later are counted too)
+document.addEventListener('toggle', (e) => {
+  const details = e.target;
+  if (!(details instanceof HTMLDetailsElement) || !details.open || !details.classList.contains('step-hints')) return;
+  const step = details.closest('article.step')?.dataset.step;
+  if (!step || details.dataset.told) return;
+  details.dataset.told = '1';
+  api(`/api/v1/labs/${encodeURIComponent(labId)}/steps/${encodeURIComponent(step)}/hints`, { method: 'POST' }).catch(() => {});
+}, true);
 
 // ---- "Run in terminal" -----------------------------------------------------------------------
 document.querySelector('.step-scroll').addEventListener('click', (e) => {
