@@ -49,7 +49,17 @@ from typing import Any
 from .check.runner import AttendeeError, Frame, _read_capped, child_env, describe_error
 from .check.verdict import Failure, msg
 
-__all__ = ["DistResult", "Hang", "RankResult", "busy", "charge", "now", "rank_events", "reset_clock", "run_ranks"]
+__all__ = [
+    "DistResult",
+    "Hang",
+    "RankResult",
+    "busy",
+    "charge",
+    "now",
+    "rank_events",
+    "reset_clock",
+    "run_ranks",
+]
 
 #: collectives whose call blocks until every rank of the group joins it
 COLLECTIVES = (
@@ -147,7 +157,9 @@ def _wrap(dist: Any, name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
         if name == "send":
             tensor = args[0] if args else kwargs["tensor"]
             result = orig(*args, **kwargs)
-            stamp = torch.tensor([_STATE["clock"], float(tensor.numel() * tensor.element_size())], dtype=torch.float64)
+            stamp = torch.tensor(
+                [_STATE["clock"], float(tensor.numel() * tensor.element_size())], dtype=torch.float64
+            )
             orig(stamp, *args[1:], **{k: v for k, v in kwargs.items() if k != "tensor"})
         elif name == "recv":
             result = orig(*args, **kwargs)
@@ -185,7 +197,9 @@ def _rank_main(rank: int, world: int, a: dict[str, Any], spec: dict[str, Any]) -
     from .check import _child
 
     out = a["out_dir"]
-    _STATE["fd"] = os.open(os.path.join(out, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    _STATE["fd"] = os.open(
+        os.path.join(out, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+    )
     _STATE["link"] = float(spec.get("link_bytes_per_s") or 0.0)
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     lab_dir = os.path.realpath(a["lab_dir"])
@@ -219,7 +233,13 @@ def _rank_main(rank: int, world: int, a: dict[str, Any], spec: dict[str, Any]) -
         _child._write(torch, payload, os.path.join(out, f"result{rank}.pt"))
     except BaseException as exc:  # noqa: BLE001
         _child._write(torch, _child._error("return", exc, lab_dir), os.path.join(out, f"result{rank}.pt"))
-    _log({"ev": "done" if payload["status"] == "ok" else "error", "clock": _STATE["clock"], "busy": _STATE["busy"]})
+    _log(
+        {
+            "ev": "done" if payload["status"] == "ok" else "error",
+            "clock": _STATE["clock"],
+            "busy": _STATE["busy"],
+        }
+    )
     while True:  # keep this rank's connections open until the supervisor ends the run
         signal.pause()
 
@@ -334,7 +354,10 @@ class DistResult:
             raise Failure(self.hang.message, hints)
         for r in self.ranks:
             if r.error is not None:
-                head = msg(f"On rank {r.rank} of {len(self.ranks)}: ", f"在第 {r.rank} 号进程（共 {len(self.ranks)} 个）上：")
+                head = msg(
+                    f"On rank {r.rank} of {len(self.ranks)}: ",
+                    f"在第 {r.rank} 号进程（共 {len(self.ranks)} 个）上：",
+                )
                 raise Failure(head + describe_error(self.call, r.error, self.stderr), hints)
         return self.values()
 
@@ -368,7 +391,9 @@ def _entered(events: list[dict[str, Any]], op: str) -> int:
     return sum(1 for e in events if e["ev"] == "enter" and e.get("op") == op)
 
 
-def diagnose(states: list[tuple[str, dict[str, Any] | None]], events: list[list[dict[str, Any]]] | None = None) -> str | None:
+def diagnose(
+    states: list[tuple[str, dict[str, Any] | None]], events: list[list[dict[str, Any]]] | None = None
+) -> str | None:
     """The likely cause when no rank can progress, in the attendee's terms; None if some can.
 
     A collective that every rank has entered is matched and will complete (its ``exit`` may not
@@ -405,7 +430,9 @@ def diagnose(states: list[tuple[str, dict[str, Any] | None]], events: list[list[
     if len(coll) > 1 or (coll and p2p):
         parts = [f"rank {_ranks_text(rs)} in {op} (call {n})" for (op, n), rs in sorted(coll.items())]
         parts += [f"rank {r} in {_describe(c)}" for r, c in sorted(p2p.items())]
-        parts_zh = [f"第 {_ranks_text(rs)} 号进程在 {op}（第 {n} 次调用）" for (op, n), rs in sorted(coll.items())]
+        parts_zh = [
+            f"第 {_ranks_text(rs)} 号进程在 {op}（第 {n} 次调用）" for (op, n), rs in sorted(coll.items())
+        ]
         parts_zh += [f"第 {r} 号进程在 {_describe(c)}" for r, c in sorted(p2p.items())]
         return msg(
             "The ranks wait in different calls and none can complete: " + "; ".join(parts) + ". "
@@ -427,7 +454,14 @@ def diagnose(states: list[tuple[str, dict[str, Any] | None]], events: list[list[
                 "（batch_isend_irecv）。",
             )
         waits = "; ".join(f"rank {r} in {_describe(c)}" for r, c in sorted(p2p.items()))
-        done = msg(f" (rank {_ranks_text(finished)} already returned)", f"（第 {_ranks_text(finished)} 号进程已返回）") if finished else ""
+        done = (
+            msg(
+                f" (rank {_ranks_text(finished)} already returned)",
+                f"（第 {_ranks_text(finished)} 号进程已返回）",
+            )
+            if finished
+            else ""
+        )
         return msg(
             f"Point-to-point calls with no matching partner: {waits}{done}. Each send needs a recv on its "
             "destination, posted in an order that lets both meet.",
@@ -495,12 +529,11 @@ def run_ranks(
 
         def read_exits() -> dict[int, int]:
             exits: dict[int, int] = {}
-            with contextlib.suppress(OSError):
-                with open(os.path.join(tmp, "supervisor.log")) as fh:
-                    for line in fh:
-                        with contextlib.suppress(ValueError, KeyError):
-                            row = json.loads(line)
-                            exits[int(row["rank"])] = int(row["status"])
+            with contextlib.suppress(OSError), open(os.path.join(tmp, "supervisor.log")) as fh:
+                for line in fh:
+                    with contextlib.suppress(ValueError, KeyError):
+                        row = json.loads(line)
+                        exits[int(row["rank"])] = int(row["status"])
             return exits
 
         def read_states() -> tuple[list[list[dict[str, Any]]], int]:
@@ -508,9 +541,8 @@ def run_ranks(
             size = 0
             for p in logs:
                 text = ""
-                with contextlib.suppress(OSError):
-                    with open(p, encoding="utf-8", errors="replace") as fh:
-                        text = fh.read()
+                with contextlib.suppress(OSError), open(p, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read()
                 size += len(text)
                 evs.append(rank_events(text))
             return evs, size
@@ -519,7 +551,10 @@ def run_ranks(
             proc = subprocess.Popen(
                 argv,
                 cwd=lab_dir,
-                env=child_env({"OMP_NUM_THREADS": "1"}),
+                # loopback: gloo must not depend on the host name resolving (no network in a lab container)
+                env=child_env(
+                    {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -581,7 +616,12 @@ def run_ranks(
                         for f in p.get("frames", [])
                         if isinstance(f, list | tuple) and len(f) == 4
                     )
-                    error = AttendeeError(str(p.get("type", "Exception")), str(p.get("message", "")), frames, str(p.get("phase", "call")))
+                    error = AttendeeError(
+                        str(p.get("type", "Exception")),
+                        str(p.get("message", "")),
+                        frames,
+                        str(p.get("phase", "call")),
+                    )
             elif hang is not None:
                 error = AttendeeError("Stopped", hang.message, (), "timeout")
             else:

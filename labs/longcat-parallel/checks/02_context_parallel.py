@@ -10,16 +10,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
 
 import torch  # noqa: E402
-from lccheck import WORLD, Failure, choice, max_err, msg, ranks, rng, run_seed
-from lc_harness import qkv_case
 from labkit.check import main
 from labkit.longcat import TinyLongcat, TinyLongcatConfig, causal_attention
+from lc_harness import qkv_case
+from lccheck import WORLD, Failure, choice, max_err, msg, ranks, rng, run_seed
 
 TOL = 1e-4  # fp32 ring merge vs one softmax: ~1e-6 on these sizes
 FIX = msg("Fix cp_attention() in cp_attention.py.", "修改 cp_attention.py 中的 cp_attention()。")
 
 
-def _merge(q: torch.Tensor, blocks: list[tuple[torch.Tensor, torch.Tensor, str]], mean: bool = False) -> torch.Tensor:
+def _merge(
+    q: torch.Tensor, blocks: list[tuple[torch.Tensor, torch.Tensor, str]], mean: bool = False
+) -> torch.Tensor:
     """Attention of q over KV blocks, each 'full', 'tril' or 'skip' (a wrong solution's view)."""
     n = q.shape[-2]
     outs, scores, values = [], [], []
@@ -55,7 +57,9 @@ def variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, lis
         }
         for name, blocks in cases.items():
             out.setdefault(name, []).append(_merge(qs[r], blocks))
-        out.setdefault("mean", []).append(_merge(qs[r], [(*blk[j], _kind(j, r)) for j in range(WORLD)], mean=True))
+        out.setdefault("mean", []).append(
+            _merge(qs[r], [(*blk[j], _kind(j, r)) for j in range(WORLD)], mean=True)
+        )
     return out
 
 
@@ -89,18 +93,22 @@ def check() -> tuple[str, dict[str, float]]:
     cases = [{"seed": run_seed("c0"), "b": 1, "h": 2, "s": WORLD, "d": 8}]  # one token per shard
     for i in range(2):
         n = int(torch.randint(2, 6, (1,), generator=g))
-        cases.append({
-            "seed": run_seed(f"c{i + 1}"),
-            "b": int(torch.randint(1, 3, (1,), generator=g)),
-            "h": int(torch.randint(1, 4, (1,), generator=g)),
-            "s": WORLD * n,
-            "d": choice(f"d{i}", [4, 8, 16]),
-        })
+        cases.append(
+            {
+                "seed": run_seed(f"c{i + 1}"),
+                "b": int(torch.randint(1, 3, (1,), generator=g)),
+                "h": int(torch.randint(1, 4, (1,), generator=g)),
+                "s": WORLD * n,
+                "d": choice(f"d{i}", [4, 8, 16]),
+            }
+        )
     cfg_seed = run_seed("model") % 1000
     cfg = TinyLongcatConfig(seed=cfg_seed)
     s_model = WORLD * choice("len", [3, 4, 5])
     ids = torch.randint(0, cfg.vocab_size, (2, s_model), generator=g)
-    values, _ = ranks("cp", cases, {"seed": cfg_seed, "ids": ids.tolist()}, file_hint="cp_attention.py: cp_attention()")
+    values, _ = ranks(
+        "cp", cases, {"seed": cfg_seed, "ids": ids.tolist()}, file_hint="cp_attention.py: cp_attention()"
+    )
     worst = 0.0
     for c_i, c in enumerate(cases):
         q, k, v = qkv_case(c["seed"], c["b"], c["h"], c["s"], c["d"])
@@ -145,4 +153,5 @@ def check() -> tuple[str, dict[str, float]]:
     ), {"max_error": worst, "logits_error": err}
 
 
-main(check)
+if __name__ == "__main__":
+    main(check)

@@ -10,17 +10,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
 
 import torch  # noqa: E402
-from lc_harness import moe_case  # noqa: E402
-from lccheck import WORLD, Failure, a2a_elements, choice, max_err, msg, ranks, rng, run_seed  # noqa: E402
-
 from labkit.check import main  # noqa: E402
 from labkit.longcat import TinyLongcat, TinyLongcatConfig  # noqa: E402
+from lc_harness import moe_case  # noqa: E402
+from lccheck import WORLD, Failure, a2a_elements, choice, max_err, msg, ranks, rng, run_seed  # noqa: E402
 
 TOL = 1e-4
 FIX = msg("Fix ep_moe() in ep_moe.py.", "修改 ep_moe.py 中的 ep_moe()。")
 
 
-def variants(m: TinyLongcat, layer: int, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> dict[str, torch.Tensor]:
+def variants(
+    m: TinyLongcat, layer: int, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor
+) -> dict[str, torch.Tensor]:
     zero = ids >= m.cfg.n_routed
     return {
         "twice": m.moe(layer, x, ids, torch.where(zero, w, w * w)),
@@ -44,8 +45,12 @@ NAMES = {
         "the combine weights are applied twice: the result is sum w^2 * E(x)",
         "合并权重被乘了两次：结果成了 sum w^2 * E(x)",
     ),
-    "unweighted": msg("the expert outputs are summed without the router weights", "专家输出没有乘路由权重就直接相加了"),
-    "zero-unweighted": msg("the zero experts' w * x is added without its router weight w", "零专家的 w * x 没有乘路由权重 w"),
+    "unweighted": msg(
+        "the expert outputs are summed without the router weights", "专家输出没有乘路由权重就直接相加了"
+    ),
+    "zero-unweighted": msg(
+        "the zero experts' w * x is added without its router weight w", "零专家的 w * x 没有乘路由权重 w"
+    ),
 }
 
 
@@ -55,11 +60,26 @@ def check() -> tuple[str, dict[str, float]]:
     m = TinyLongcat(TinyLongcatConfig(seed=cfg_seed))
     starved = choice("starved", list(range(WORLD)))
     cases = [
-        {"seed": run_seed("c0"), "t": int(torch.randint(4, 9, (1,), generator=g)), "layer": 0, "only_zero": []},
+        {
+            "seed": run_seed("c0"),
+            "t": int(torch.randint(4, 9, (1,), generator=g)),
+            "layer": 0,
+            "only_zero": [],
+        },
         {"seed": run_seed("c2"), "t": 1, "layer": 2, "only_zero": []},
-        {"seed": run_seed("c1"), "t": 3, "layer": 1, "only_zero": [starved]},  # a rank with nothing to dispatch
+        {
+            "seed": run_seed("c1"),
+            "t": 3,
+            "layer": 1,
+            "only_zero": [starved],
+        },  # a rank with nothing to dispatch
     ]
-    ids_model = [torch.randint(0, m.cfg.vocab_size, (1, int(torch.randint(3, 7, (1,), generator=g))), generator=g).tolist() for _ in range(WORLD)]
+    ids_model = [
+        torch.randint(
+            0, m.cfg.vocab_size, (1, int(torch.randint(3, 7, (1,), generator=g))), generator=g
+        ).tolist()
+        for _ in range(WORLD)
+    ]
     values, res = ranks("ep", cases, {"seed": cfg_seed, "ids": ids_model}, file_hint="ep_moe.py: ep_moe()")
     worst = 0.0
     pairs_real = pairs_all = 0
@@ -78,10 +98,14 @@ def check() -> tuple[str, dict[str, float]]:
             if err > TOL:
                 for name, out in variants(m, c["layer"], x, ids, w).items():
                     if max_err(got, out) <= TOL:
-                        raise Failure(msg(f"On {where}: {NAMES[name]}.", f"在{where}上：{NAMES[name]}。"), [FIX])
+                        raise Failure(
+                            msg(f"On {where}: {NAMES[name]}.", f"在{where}上：{NAMES[name]}。"), [FIX]
+                        )
                 raise Failure(
-                    msg(f"On {where}: the output differs from the single-process MoE (max error {err:.3g}).",
-                        f"在{where}上：输出与单进程 MoE 不一致（最大误差 {err:.3g}）。"),
+                    msg(
+                        f"On {where}: the output differs from the single-process MoE (max error {err:.3g}).",
+                        f"在{where}上：输出与单进程 MoE 不一致（最大误差 {err:.3g}）。",
+                    ),
                     [FIX],
                 )
             real = ids < m.cfg.n_routed
@@ -109,8 +133,10 @@ def check() -> tuple[str, dict[str, float]]:
         err = max_err(values[r]["logits"], m.forward(ids))
         if err > 1e-3:
             raise Failure(
-                msg(f"ep_moe() matches on its own but the tiny model's logits on rank {r} differ (max error {err:.3g}).",
-                    f"ep_moe() 单独测试正确，但第 {r} 号进程上微型模型的 logits 不一致（最大误差 {err:.3g}）。"),
+                msg(
+                    f"ep_moe() matches on its own but the tiny model's logits on rank {r} differ (max error {err:.3g}).",
+                    f"ep_moe() 单独测试正确，但第 {r} 号进程上微型模型的 logits 不一致（最大误差 {err:.3g}）。",
+                ),
                 [FIX],
             )
     # dispatch volume over the whole run: only the routed pairs' tokens may travel
@@ -118,7 +144,9 @@ def check() -> tuple[str, dict[str, float]]:
     for r in range(WORLD):
         trace: list[torch.Tensor] = []
 
-        def rec(layer: int, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        def rec(
+            layer: int, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, trace: list[torch.Tensor] = trace
+        ) -> torch.Tensor:
             trace.append(ids)
             return m.moe(layer, x, ids, w)
 
@@ -130,8 +158,10 @@ def check() -> tuple[str, dict[str, float]]:
     real, every = pairs_real + model_real, pairs_all + model_all
     if calls == 0:
         raise Failure(
-            msg("The tokens never went through dist.all_to_all / all_to_all_single: dispatch each token to the rank of its expert and combine the results back with all-to-all.",
-                "token 没有经过 dist.all_to_all / all_to_all_single：要用 all-to-all 把每个 token 分发到它的专家所在进程，再把结果合并回来。"),
+            msg(
+                "The tokens never went through dist.all_to_all / all_to_all_single: dispatch each token to the rank of its expert and combine the results back with all-to-all.",
+                "token 没有经过 dist.all_to_all / all_to_all_single：要用 all-to-all 把每个 token 分发到它的专家所在进程，再把结果合并回来。",
+            ),
             [FIX],
         )
     bound = 2 * real * (d + 2) + 4 * every + 2 * WORLD * calls
@@ -154,4 +184,5 @@ def check() -> tuple[str, dict[str, float]]:
     ), {"max_error": worst, "a2a_elements": elems, "zero_picks": every - real}
 
 
-main(check)
+if __name__ == "__main__":
+    main(check)

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from labkit import dist as ldist
 from labkit.emu.cost import op_cost
-from labkit.emu.profiles import DEFAULT_SCALE, get_profile
-from labkit.longcat import TinyLongcat, TinyLongcatConfig
+from labkit.emu.profiles import get_profile
+from labkit.longcat import CLUSTER_A2, LONGCAT, TinyLongcat, TinyLongcatConfig
 
 
 def qkv_case(seed: int, b: int, h: int, s: int, d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -55,17 +55,23 @@ class Experts:
         e = int(e)
         if e not in self.local:
             kind = "a zero expert (no weights)" if e >= self.n_routed else f"on rank {e // self.per_rank}"
-            raise ValueError(f"rank {self._rank} holds experts {self.local.start}..{self.local.stop - 1}; expert {e} is {kind}")
+            raise ValueError(
+                f"rank {self._rank} holds experts {self.local.start}..{self.local.stop - 1}; expert {e} is {kind}"
+            )
         self.rows[e] += int(rows.shape[0])
         return self._m.expert(self._layer, e, rows)
 
 
-def moe_case(seed: int, t: int, cfg: TinyLongcatConfig, only_zero: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def moe_case(
+    seed: int, t: int, cfg: TinyLongcatConfig, only_zero: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(t, cfg.d_model, generator=g)
     n = cfg.n_routed + cfg.n_zero
     if only_zero:
-        ids = torch.stack([torch.randperm(cfg.n_zero, generator=g)[: cfg.top_k] + cfg.n_routed for _ in range(t)])
+        ids = torch.stack(
+            [torch.randperm(cfg.n_zero, generator=g)[: cfg.top_k] + cfg.n_routed for _ in range(t)]
+        )
     else:
         ids = torch.stack([torch.randperm(n, generator=g)[: cfg.top_k] for _ in range(t)])
     w = torch.rand(t, cfg.top_k, generator=g) + 0.1
@@ -94,14 +100,25 @@ def ep(rank: int, world: int, cases: list[dict[str, Any]], model: dict[str, Any]
     return {"cases": outs, "rows": rows, "logits": logits}
 
 
-def stage_cost(m: TinyLongcat, tokens: int) -> float:
-    """Emulated seconds of one layer on ``tokens`` tokens (labkit.emu roofline, 910B, toy scale)."""
-    c = m.cfg
-    params = sum(t.numel() for k, t in m.w.items() if k.startswith("layers.0.")) - c.n_routed * 3 * c.expert_hidden * c.d_model
-    params += c.top_k * 3 * c.expert_hidden * c.d_model  # only the picked experts work on a token
-    flops = 2 * params * tokens
-    nbytes = 4 * sum(t.numel() for k, t in m.w.items() if k.startswith("layers.0.")) + 2 * 4 * tokens * c.d_model
-    return op_cost(get_profile("910B"), flops=flops, bytes=nbytes, dtype="fp32", scale=DEFAULT_SCALE).total_s
+#: each token of the tiny model's pipeline stands for a chunk of this many tokens of a long prompt,
+#: and each stage costs what one full-size LongCat 2.0 layer costs on one 910B card
+CHUNK = 4096
+
+
+def stage_cost(tokens: int) -> float:
+    """Emulated seconds of one full-size layer on ``tokens`` chunks (labkit.emu roofline, 910B,
+    graph mode): the prompt tokens' dense and 8-routed-expert FLOPs, every weight of the layer read once."""
+    c = LONGCAT
+    active = c.rounds * (c.attn_params + c.mlp_params) + c.top_routed * c.expert_params
+    flops = 2 * tokens * CHUNK * active
+    nbytes = c.dense_bytes_per_layer + c.n_routed * c.expert_params
+    return op_cost(get_profile("910B"), flops=flops, bytes=nbytes, dtype="int8", graph_mode=True).total_s
+
+
+def link_bytes_per_s(cfg: TinyLongcatConfig) -> float:
+    """The toy activation row (d_model fp32) stands for CHUNK rows of hidden 8192 bf16 crossing
+    the A2 intra-node link (HCCS 196 GB/s, UNVERIFIED)."""
+    return CLUSTER_A2.intra_bw.value * (cfg.d_model * 4) / (CHUNK * LONGCAT.hidden * 2)
 
 
 def pp(rank: int, world: int, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -119,7 +136,7 @@ def pp(rank: int, world: int, cases: list[dict[str, Any]]) -> list[dict[str, Any
 
         def stage(mb: torch.Tensor, m: TinyLongcat = m, positions: torch.Tensor = positions) -> torch.Tensor:
             y = m.layer(rank, mb, positions)
-            ldist.charge(stage_cost(m, mb.shape[0] * mb.shape[1]), f"stage {rank}")
+            ldist.charge(stage_cost(mb.shape[0] * mb.shape[1]), f"stage {rank}")
             return y
 
         y, bubble = fn(x, case["n_micro"], stage, rank, world)

@@ -43,7 +43,9 @@ def choice(salt: str, options: list[Any]) -> Any:
     return options[run_seed(salt) % len(options)]
 
 
-def ranks(func: str, *args: Any, file_hint: str, timeout: float = 60, **kw: Any) -> tuple[list[Any], ldist.DistResult]:
+def ranks(
+    func: str, *args: Any, file_hint: str, timeout: float = 60, **kw: Any
+) -> tuple[list[Any], ldist.DistResult]:
     """Run a harness function on WORLD ranks; a hang or an attendee error is a Failure."""
     res = ldist.run_ranks(HARNESS, func, WORLD, *args, timeout=timeout, **kw)
     res = ldist.DistResult(res.ranks, res.hang, res.stdout, res.stderr, file_hint)
@@ -80,4 +82,16 @@ def fmt_gib(x: float) -> str:
     return f"{x / 2**30:.3f} GiB"
 
 
-__all__ = ["HARNESS", "SINGLE", "WORLD", "Failure", "a2a_elements", "choice", "max_err", "msg", "ranks", "rng", "run_seed"]
+__all__ = [
+    "HARNESS",
+    "SINGLE",
+    "WORLD",
+    "Failure",
+    "a2a_elements",
+    "choice",
+    "max_err",
+    "msg",
+    "ranks",
+    "rng",
+    "run_seed",
+]

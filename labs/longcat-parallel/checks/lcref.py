@@ -32,7 +32,9 @@ def prefill_parts(cards: int, pp: int, cp: int, context: int) -> dict[str, float
     }
 
 
-def decode_verdict(cards: int, dp: int, ep: int, batch: int, context: int) -> tuple[bool, str | None, dict[str, float] | None]:
+def decode_verdict(
+    cards: int, dp: int, ep: int, batch: int, context: int
+) -> tuple[bool, str | None, dict[str, float] | None]:
     if cards % dp or cards % ep:
         return False, "cards", None
     if CFG.n_routed % ep:
@@ -42,7 +44,9 @@ def decode_verdict(cards: int, dp: int, ep: int, batch: int, context: int) -> tu
     return fits, None if fits else "hbm", parts
 
 
-def prefill_verdict(cards: int, pp: int, cp: int, context: int) -> tuple[bool, str | None, dict[str, float] | None]:
+def prefill_verdict(
+    cards: int, pp: int, cp: int, context: int
+) -> tuple[bool, str | None, dict[str, float] | None]:
     if pp * cp != cards:
         return False, "cards", None
     if pp > CFG.n_layers:
@@ -57,7 +61,9 @@ def max_batch(cards: int, dp: int, ep: int, context: int) -> int:
     return int((CL.hbm_bytes - fixed) * dp // (context * CFG.kv_bytes_per_token))
 
 
-def tpot_ms(cards: int, dp: int, ep: int, batch: int, context: int, prefetch: list[Prefetch] | None = None) -> float:
+def tpot_ms(
+    cards: int, dp: int, ep: int, batch: int, context: int, prefetch: list[Prefetch] | None = None
+) -> float:
     return timeline(decode_ops(dp, ep, batch, context, tp=cards // dp), prefetch or []).tpot_ms
 
 
@@ -83,13 +89,25 @@ def ref_prefetch(ops: list) -> list[Prefetch]:
 PART_RULE = {
     "decode": {
         "experts": msg("all routed experts (1.34 TiB int8) / EP", "全部路由专家（1.34 TiB int8）/ EP"),
-        "dense": msg("38 layers x (2 attention (bf16) + 2 dense MLP (int8) rounds) / TP, TP = cards / DP", "38 层 x（2 轮注意力（bf16）+ 2 轮稠密 MLP（int8））/ TP，TP = 卡数 / DP"),
-        "other": msg("embeddings and over-embedding tables (the rest of ~2.1 TB) / cards", "词嵌入与 over-embedding 表（约 2.1 TB 的其余部分）/ 卡数"),
-        "kv": msg("KV cache: batch x context x kv_bytes_per_token / DP (KV parallel)", "KV 缓存：batch x 上下文长度 x kv_bytes_per_token / DP（KV 并行）"),
+        "dense": msg(
+            "38 layers x (2 attention (bf16) + 2 dense MLP (int8) rounds) / TP, TP = cards / DP",
+            "38 层 x（2 轮注意力（bf16）+ 2 轮稠密 MLP（int8））/ TP，TP = 卡数 / DP",
+        ),
+        "other": msg(
+            "embeddings and over-embedding tables (the rest of ~2.1 TB) / cards",
+            "词嵌入与 over-embedding 表（约 2.1 TB 的其余部分）/ 卡数",
+        ),
+        "kv": msg(
+            "KV cache: batch x context x kv_bytes_per_token / DP (KV parallel)",
+            "KV 缓存：batch x 上下文长度 x kv_bytes_per_token / DP（KV 并行）",
+        ),
         "reserve": msg("cluster.reserve_bytes", "cluster.reserve_bytes"),
     },
     "prefill": {
-        "experts": msg("ceil(38 / PP) layers x 768 experts x 48 Mi int8 / CP (experts of a stage split over its CP ranks)", "ceil(38 / PP) 层 x 768 个专家 x 48 Mi int8 / CP（一个阶段的专家分到它的 CP 进程上）"),
+        "experts": msg(
+            "ceil(38 / PP) layers x 768 experts x 48 Mi int8 / CP (experts of a stage split over its CP ranks)",
+            "ceil(38 / PP) 层 x 768 个专家 x 48 Mi int8 / CP（一个阶段的专家分到它的 CP 进程上）",
+        ),
         "dense": msg("ceil(38 / PP) x dense_bytes_per_layer", "ceil(38 / PP) x dense_bytes_per_layer"),
         "other": msg("the rest of ~2.1 TB / cards", "约 2.1 TB 的其余部分 / 卡数"),
         "kv": msg(

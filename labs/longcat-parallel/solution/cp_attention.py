@@ -28,11 +28,11 @@ def cp_attention(q, k, v, rank, world):
     for step in range(world):
         src = (rank - step) % world  # the shard whose KV this rank holds at this step
         if src <= rank:
-            o, m, l = _block(q, kv[0], kv[1], tril_mask if src == rank else None)
+            o, m, rowsum = _block(q, kv[0], kv[1], tril_mask if src == rank else None)
             m_new = torch.maximum(m_run, m)
             a, b = torch.exp(m_run - m_new), torch.exp(m - m_new)
             acc = acc * a + o * b
-            l_run = l_run * a + l * b
+            l_run = l_run * a + rowsum * b
             m_run = m_new
         if step < world - 1:  # pass the block on: even ranks send first, odd ranks receive first
             recv = torch.empty_like(kv)

@@ -1,6 +1,6 @@
 """Try your step 2-4 code on 4 processes and compare with one process (not the checker).
 
-    python try_ranks.py cp | ep | pp
+python try_ranks.py cp | ep | pp
 """
 
 import sys

@@ -8,7 +8,18 @@ longcat-parallel lab (docs/labs/longcat-parallel.md).
 """
 
 from .model import TinyLongcat, TinyLongcatConfig, causal_attention, rms_norm
-from .plan import CLUSTER_A2, LONGCAT, Cluster, LongcatConfig, Op, Prefetch, Timeline, decode_ops, op_window, timeline
+from .plan import (
+    CLUSTER_A2,
+    LONGCAT,
+    Cluster,
+    LongcatConfig,
+    Op,
+    Prefetch,
+    Timeline,
+    decode_ops,
+    op_window,
+    timeline,
+)
 
 __all__ = [
     "CLUSTER_A2",

@@ -81,7 +81,10 @@ class TinyLongcat:
             return torch.randn(*shape, generator=g) * std
 
         d, hd = cfg.d_model, cfg.n_heads * cfg.head_dim
-        self.w: dict[str, torch.Tensor] = {"embed": rnd(cfg.vocab_size, d, std=1.0), "lm_head": rnd(cfg.vocab_size, d, std=d**-0.5)}
+        self.w: dict[str, torch.Tensor] = {
+            "embed": rnd(cfg.vocab_size, d, std=1.0),
+            "lm_head": rnd(cfg.vocab_size, d, std=d**-0.5),
+        }
         self.w["final_norm"] = 1 + rnd(d, std=0.1)
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
@@ -94,7 +97,9 @@ class TinyLongcat:
             self.w[p + "experts_down"] = rnd(cfg.n_routed, d, cfg.expert_hidden, std=cfg.expert_hidden**-0.5)
 
     # -- pieces ---------------------------------------------------------------------------------
-    def qkv(self, layer: int, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def qkv(
+        self, layer: int, x: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``x [B, S, d]`` (already normed) at global ``positions [S]`` -> q, k, v ``[B, H, S, D]``."""
         c = self.cfg
         b, s, _ = x.shape

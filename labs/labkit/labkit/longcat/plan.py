@@ -127,7 +127,13 @@ class Op:
 
 
 def decode_ops(
-    dp: int, ep: int, batch: int, context: int, tp: int = 1, cfg: LongcatConfig = LONGCAT, cluster: Cluster = CLUSTER_A2
+    dp: int,
+    ep: int,
+    batch: int,
+    context: int,
+    tp: int = 1,
+    cfg: LongcatConfig = LONGCAT,
+    cluster: Cluster = CLUSTER_A2,
 ) -> list[Op]:
     """Ops of one decode step (one token for each of ``batch`` sequences of ``context`` tokens)
     on the busiest card: DP attention over ``dp`` groups of ``tp`` cards (``ceil(batch / dp)``
@@ -140,7 +146,9 @@ def decode_ops(
     kv_share = batch / dp  # sequences' worth of cache entries each card reads (KV parallel)
     picks = batch * cfg.top_routed
     local = cfg.n_routed / ep
-    active = local * (1 - (1 - 1 / cfg.n_routed) ** picks)  # expected distinct local experts hit (uniform routing)
+    active = local * (
+        1 - (1 - 1 / cfg.n_routed) ** picks
+    )  # expected distinct local experts hit (uniform routing)
     tokens_here = picks / ep
     act = 2 * b * h * 2
     ops: list[Op] = []
@@ -171,7 +179,16 @@ def decode_ops(
         tok_bytes = b * cfg.top_routed * h * 2
         ops.append(Op("dispatch", layer, 0, tok_bytes if ep > 1 else 0, engine="link", remote=remote_frac))
         ew = active * cfg.expert_params
-        ops.append(Op("experts", layer, 2 * tokens_here * cfg.expert_params, ew + 2 * tokens_here * h * 2, ew, dtype="int8"))
+        ops.append(
+            Op(
+                "experts",
+                layer,
+                2 * tokens_here * cfg.expert_params,
+                ew + 2 * tokens_here * h * 2,
+                ew,
+                dtype="int8",
+            )
+        )
         ops.append(Op("combine", layer, 0, tok_bytes if ep > 1 else 0, engine="link", remote=remote_frac))
     return ops
 
@@ -215,7 +232,9 @@ class Timeline:
         return self.tpot_s * 1e3
 
 
-def timeline(ops: list[Op], prefetches: list[Prefetch] | tuple[Prefetch, ...] = (), cluster: Cluster = CLUSTER_A2) -> Timeline:
+def timeline(
+    ops: list[Op], prefetches: list[Prefetch] | tuple[Prefetch, ...] = (), cluster: Cluster = CLUSTER_A2
+) -> Timeline:
     """Emulated decode step with ``prefetches`` (see the module docstring). Invalid prefetches
     (target not after its host, more than the target's weights, more in flight than L2) are
     listed in ``errors`` and ignored."""
@@ -228,7 +247,9 @@ def timeline(ops: list[Op], prefetches: list[Prefetch] | tuple[Prefetch, ...] = 
             errors.append(f"prefetch {p}: host must come before target")
             continue
         if fetched[p.target] + p.bytes > ops[p.target].weight_bytes * (1 + 1e-9):
-            errors.append(f"prefetch {p}: more than op {p.target}'s {ops[p.target].weight_bytes:.0f} weight bytes")
+            errors.append(
+                f"prefetch {p}: more than op {p.target}'s {ops[p.target].weight_bytes:.0f} weight bytes"
+            )
             continue
         hosted[p.host] += p.bytes
         fetched[p.target] += p.bytes
@@ -242,7 +263,9 @@ def timeline(ops: list[Op], prefetches: list[Prefetch] | tuple[Prefetch, ...] = 
     for i in range(len(ops)):
         level += held[i]
         if level > cluster.l2_bytes * (1 + 1e-9):
-            errors.append(f"op {i}: {level / 2**20:.1f} MiB in flight exceeds L2 ({cluster.l2_bytes / 2**20:.0f} MiB)")
+            errors.append(
+                f"op {i}: {level / 2**20:.1f} MiB in flight exceeds L2 ({cluster.l2_bytes / 2**20:.0f} MiB)"
+            )
             break
     durations, stretch, mem_hosts = [], [], []
     for i, op in enumerate(ops):
@@ -250,7 +273,13 @@ def timeline(ops: list[Op], prefetches: list[Prefetch] | tuple[Prefetch, ...] = 
         if op.engine == "link":
             d = max(base, hosted[i] / bw)
         else:
-            c = op_cost(get_profile(cluster.profile), flops=op.flops, bytes=max(0.0, op.bytes - fetched[i]), dtype=op.dtype, graph_mode=True)
+            c = op_cost(
+                get_profile(cluster.profile),
+                flops=op.flops,
+                bytes=max(0.0, op.bytes - fetched[i]),
+                dtype=op.dtype,
+                graph_mode=True,
+            )
             d = max(c.total_s, c.memory_s + hosted[i] / bw)
             base = c.total_s
         stretch.append(max(0.0, d - base))
