@@ -349,16 +349,23 @@ class DistResult:
         return [r.value for r in self.ranks]
 
     def unwrap(self, hints: Sequence[str] | str = ()) -> list[Any]:
-        """Every rank's value, or :class:`Failure` naming the hang or the first rank's error."""
-        if self.hang is not None:
-            raise Failure(self.hang.message, hints)
+        """Every rank's value, or :class:`Failure` naming the first rank's own error (an exception
+        is the root cause even when its peers then hung waiting for it), else the hang."""
         for r in self.ranks:
-            if r.error is not None:
+            if r.error is not None and r.error.type != "Stopped":
                 head = msg(
                     f"On rank {r.rank} of {len(self.ranks)}: ",
                     f"在第 {r.rank} 号进程（共 {len(self.ranks)} 个）上：",
                 )
-                raise Failure(head + describe_error(self.call, r.error, self.stderr), hints)
+                text = head + describe_error(self.call, r.error, self.stderr)
+                if self.hang is not None:
+                    text += "\n" + msg(
+                        "(the other ranks then waited for it and were stopped)",
+                        "（其他进程随后一直在等它，已被终止）",
+                    )
+                raise Failure(text, hints)
+        if self.hang is not None:
+            raise Failure(self.hang.message, hints)
         return self.values()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,11 @@ def boom(rank, world):
     if rank == 1:
         raise ValueError("bad shard")
     return rank
+
+def raise_before_collective(rank, world):
+    if rank == 3:
+        raise RuntimeError("shape mismatch on rank 3")
+    dist.barrier()
 
 def spin(rank, world):
     if rank == 1:
@@ -107,6 +113,10 @@ def test_collective_on_some_ranks_is_a_deadlock_named_and_reaped(lab: Path, tmp_
     with pytest.raises(Failure, match="never joined"):
         res.unwrap()
     pids = [int((pid_dir / str(r)).read_text()) for r in range(4)]
+    for _ in range(100):  # SIGKILLed already; on a loaded machine the exit itself can take a moment
+        if not any(_alive(p) for p in pids):
+            break
+        time.sleep(0.1)
     assert not any(_alive(p) for p in pids)
 
 
@@ -132,8 +142,16 @@ def test_exception_on_one_rank(lab: Path) -> None:
         res.unwrap()
 
 
+def test_an_exception_is_reported_before_the_hang_it_causes(lab: Path) -> None:
+    res = ldist.run_ranks("att.py", "raise_before_collective", 4, timeout=120)
+    assert res.hang is not None and res.hang.kind == "deadlock"
+    with pytest.raises(Failure, match="On rank 3 of 4") as failure:
+        res.unwrap()
+    assert "shape mismatch on rank 3" in failure.value.message and "waited for it" in failure.value.message
+
+
 def test_a_rank_that_never_returns_hits_the_timeout(lab: Path) -> None:
-    res = ldist.run_ranks("att.py", "spin", 4, timeout=4)
+    res = ldist.run_ranks("att.py", "spin", 4, timeout=30)  # long enough to start 4 ranks on a loaded machine
     assert res.hang is not None and res.hang.kind == "timeout"
     assert "rank 0: barrier (call 1)" in res.hang.message and "rank 1: running" in res.hang.message
 
