@@ -37,20 +37,34 @@ def max_batch(cards: int, dp: int, ep: int, context: int) -> int:
 
 def decode_table(context: int) -> None:
     print(f"decode on Atlas A2 (64 GiB, 16 cards per node), sequences of {context} tokens")
-    print(f"{'cards':>5} {'DP':>4} {'EP':>4} {'TP':>3} {'max batch':>9} {'GiB/card':>9} {'TPOT ms':>8} {'+prefetch':>9}  talk")
-    for cards, dp, ep in [(128, 128, 128), (128, 128, 64), (128, 64, 128), (128, 32, 128), (256, 256, 256), (64, 64, 64), (128, 128, 96)]:
+    print(
+        f"{'cards':>5} {'DP':>4} {'EP':>4} {'TP':>3} {'max batch':>9} {'GiB/card':>9} {'TPOT ms':>8} {'+prefetch':>9}  talk"
+    )
+    for cards, dp, ep in [
+        (128, 128, 128),
+        (128, 128, 64),
+        (128, 64, 128),
+        (128, 32, 128),
+        (256, 256, 256),
+        (64, 64, 64),
+        (128, 128, 96),
+    ]:
         b = max_batch(cards, dp, ep, context)
         if b == 0:
             r = plan.check_decode(cards, dp, ep, 1, context)
             total = f"{r['total'] / GiB:9.2f}" if "total" in r else f"{'-':>9}"
-            print(f"{cards:5d} {dp:4d} {ep:4d} {cards // dp:3d} {'rejected':>9} {total} {'-':>8} {'-':>9}  reason: {r['reason']}")
+            print(
+                f"{cards:5d} {dp:4d} {ep:4d} {cards // dp:3d} {'rejected':>9} {total} {'-':>8} {'-':>9}  reason: {r['reason']}"
+            )
             continue
         r = plan.check_decode(cards, dp, ep, b, context)
         ops = decode_ops(dp, ep, b, context, tp=cards // dp)
         base = timeline(ops).tpot_ms
         pf = timeline(ops, prefetch.plan_prefetch(ops)).tpot_ms
         talk = f"{TALK_TPOT_MS:g} ms" if (cards, dp, ep) == (128, 128, 128) else ""
-        print(f"{cards:5d} {dp:4d} {ep:4d} {cards // dp:3d} {b:9d} {r['total'] / GiB:9.2f} {base:8.2f} {pf:9.2f}  {talk}")
+        print(
+            f"{cards:5d} {dp:4d} {ep:4d} {cards // dp:3d} {b:9d} {r['total'] / GiB:9.2f} {base:8.2f} {pf:9.2f}  {talk}"
+        )
 
 
 def step_breakdown(context: int) -> None:
@@ -70,7 +84,9 @@ def step_breakdown(context: int) -> None:
 
 
 def prefill_table(context: int) -> None:
-    print(f"\nprefill on 64 A2 cards, one {context}-token sequence (experts of a stage split over its CP ranks)")
+    print(
+        f"\nprefill on 64 A2 cards, one {context}-token sequence (experts of a stage split over its CP ranks)"
+    )
     print(f"{'PP':>3} {'CP':>3} {'fits':>5} {'GiB/card':>9}  reason")
     for pp in (1, 2, 4, 8, 16, 32, 64):
         r = plan.check_prefill(64, pp, 64 // pp, context)
@@ -79,17 +95,27 @@ def prefill_table(context: int) -> None:
 
 
 def bubbles() -> None:
-    from labkit import dist as ldist
-    from lc_harness import link_bytes_per_s
-    from labkit.longcat import TinyLongcatConfig
-
     import torch
+    from labkit import dist as ldist
+    from labkit.longcat import TinyLongcatConfig
+    from lc_harness import link_bytes_per_s
 
-    cases = [{"seed": 1, "ids": (torch.arange(8 * 4).reshape(8, 4) % 64).tolist(), "n_micro": m} for m in (1, 2, 4, 8)]
+    cases = [
+        {"seed": 1, "ids": (torch.arange(8 * 4).reshape(8, 4) % 64).tolist(), "n_micro": m}
+        for m in (1, 2, 4, 8)
+    ]
     os.chdir(LAB / "solution")
-    res = ldist.run_ranks(str(LAB / "checks" / "lc_harness.py"), "pp", 4, cases, link_bytes_per_s=link_bytes_per_s(TinyLongcatConfig()))
+    res = ldist.run_ranks(
+        str(LAB / "checks" / "lc_harness.py"),
+        "pp",
+        4,
+        cases,
+        link_bytes_per_s=link_bytes_per_s(TinyLongcatConfig()),
+    )
     vals = res.unwrap()
-    print("\npipeline prefill on 4 gloo processes, batch 8 (each tiny token = a 4K-token chunk; stage = one full-size layer on a 910B)")
+    print(
+        "\npipeline prefill on 4 gloo processes, batch 8 (each tiny token = a 4K-token chunk; stage = one full-size layer on a 910B)"
+    )
     print(f"{'micro-batches':>13} {'measured bubble':>16} {'GPipe (p-1)/(m+p-1)':>20}")
     for i, c in enumerate(cases):
         m = c["n_micro"]
