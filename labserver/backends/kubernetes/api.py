@@ -7,7 +7,12 @@
   helper, ``LABSERVER_KUBERNETES__API_ATTEMPTS`` times in all; then :class:`ApiDown` (``api-down``).
 - 404 on get / delete is "gone" (None / success); 409 on create is "exists" (:class:`Exists`);
   403 "exceeded quota" is :class:`~labserver.backends.base.ProvisionError` ``quota``.
-- ``exec_blocking`` and ``open_stream`` speak the exec WebSocket (``kubernetes.stream``).
+- ``exec_blocking`` and ``open_stream`` speak the exec WebSocket (``kubernetes.stream``), each on
+  an ``ApiClient`` of its own (``stream`` swaps ``call_api`` on the client it is given while it
+  connects: on the shared client a concurrent GET went over a WebSocket, and two overlapping
+  streams could leave it patched for good) and in a pool of their own (:data:`STREAM_WORKERS`
+  threads: an exec holds its thread for as long as the command runs, so long commands never
+  starve the short API calls, nor the next attendee's exec, of threads).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "serviceaccount": ("core", "service_account"),
     "networkpolicy": ("networking", "network_policy"),
 }
+API_WORKERS = 16  # short API calls (get, create, list, logs)
+STREAM_WORKERS = 512  # exec sessions: one thread each for the command's whole run
 UNREACHABLE = (
     urllib3.exceptions.HTTPError,  # MaxRetryError, ProtocolError, timeouts, NewConnectionError
     ConnectionError,
@@ -96,7 +103,8 @@ class KubeApi:
         self.namespace = cfg.namespace
         self._configuration = configuration
         self._client: kclient.ApiClient | None = None
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="labserver-k8s")
+        self._pool = ThreadPoolExecutor(max_workers=API_WORKERS, thread_name_prefix="labserver-k8s")
+        self._streams = ThreadPoolExecutor(max_workers=STREAM_WORKERS, thread_name_prefix="labserver-k8s-exec")
 
     @property
     def client(self) -> kclient.ApiClient:
@@ -117,11 +125,20 @@ class KubeApi:
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)`` in the pool; an unanswered try is retried through ``backoff``."""
+        return await self._run(self._pool, fn, args, kw)
+
+    async def run_stream(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """As :meth:`run`, in the exec pool (for ``exec_blocking`` and ``open_stream``)."""
+        return await self._run(self._streams, fn, args, kw)
+
+    async def _run(
+        self, pool: ThreadPoolExecutor, fn: Callable[..., Any], args: tuple[Any, ...], kw: dict[str, Any]
+    ) -> Any:
         loop = asyncio.get_running_loop()
 
         async def once() -> Any:
             try:
-                return await loop.run_in_executor(self._pool, lambda: fn(*args, **kw))
+                return await loop.run_in_executor(pool, lambda: fn(*args, **kw))
             except ApiException as exc:
                 if _status(exc) in (0, 502, 503, 504):
                     raise Unreachable(f"{_status(exc)} {exc.reason}") from exc
@@ -208,9 +225,10 @@ class KubeApi:
     # -- the exec WebSocket --------------------------------------------------------------------
     def open_stream(self, pod: str, argv: Sequence[str], *, tty: bool, stdin: bool) -> Any:
         """A ``WSClient`` on ``argv`` in the pod's lab container (blocking; call in a thread)."""
+        own = kclient.ApiClient(self.client.configuration)  # stream() patches the client it gets
         try:
             return kstream(
-                self.core.connect_get_namespaced_pod_exec,
+                kclient.CoreV1Api(own).connect_get_namespaced_pod_exec,
                 pod,
                 self.namespace,
                 container=CONTAINER,
@@ -228,6 +246,8 @@ class KubeApi:
             if _status(exc) == 404 or "404" in text or "not found" in text.lower() or "not running" in text:
                 raise EnvironmentGone(log=text) from exc
             raise  # status 0: no connection yet (nothing ran), retried by run()
+        finally:
+            own.close()  # its HTTP pool only: the WebSocket has a socket of its own
 
     def exec_blocking(
         self, pod: str, argv: Sequence[str], timeout: float, stdin: bytes | None = None
@@ -261,6 +281,7 @@ class KubeApi:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._streams.shutdown(wait=False, cancel_futures=True)
         if self._client is not None:
             self._client.close()
 

@@ -397,7 +397,7 @@ class KubernetesBackend:
         self, pod: str, argv: Sequence[str], timeout: float, *, stdin: bytes | None = None
     ) -> ExecResult:
         try:
-            return await self.api.run(self.api.exec_blocking, pod, list(argv), timeout, stdin)
+            return await self.api.run_stream(self.api.exec_blocking, pod, list(argv), timeout, stdin)
         except ApiDown as exc:
             raise EnvironmentGone(exc.message, reason="api-down", log=exc.log) from exc
 
@@ -481,25 +481,35 @@ class KubernetesBackend:
                 prefix=self.prefix,
             )
             await self.api.create("pod", pod)
-            timed_out = not await self._wait_done(name, timeout_s + grader.GRACE_S)
-            log_bytes = b"" if timed_out else await self.api.logs(name, "grader")
+            done = await self._wait_done(name, timeout_s + grader.GRACE_S)
+            log_bytes = b""
+            if done is not None:
+                try:
+                    log_bytes = await self.api.logs(name, "grader")
+                except ApiException as exc:  # the grader container never started (init failed)
+                    log.warning("grader pod %s: no log (%s): %s", name, exc.status, grader.ended(done))
         finally:
             await self.api.delete("pod", name)
             await self.api.delete("secret", name)
-        if timed_out:
+        if done is None:
             return {"valid": False, "timed_out": True, "why": "grader pod did not finish"}
+        if not log_bytes:
+            return {"valid": False, "timed_out": False, "why": f"grader pod failed: {grader.ended(done)}"}
         return grader.verify(log_bytes, key, job["nonce"])
 
-    async def _wait_done(self, name: str, within_s: float) -> bool:
-        async def done() -> None:
+    async def _wait_done(self, name: str, within_s: float) -> dict[str, Any] | None:
+        """The grader pod once it ended (Succeeded or Failed); None when it did not in time."""
+
+        async def done() -> dict[str, Any]:
             pod = await self.api.get("pod", name)
             if pod is None:
                 raise EnvironmentGone("The grader pod vanished.", reason="grader")
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 raise NotYet(name)
+            return pod
 
         try:
-            await backoff(
+            return await backoff(
                 done,
                 attempts=max(1, int(within_s / self.poll_s)),
                 first=self.poll_s,
@@ -507,8 +517,7 @@ class KubernetesBackend:
                 retry_on=(NotYet,),
             )
         except NotYet:
-            return False
-        return True
+            return None
 
     async def run_check(self, ref: EnvRef, request: CheckRequest) -> CheckRaw:
         source = await asyncio.to_thread(request.checker.read_bytes)
@@ -532,7 +541,7 @@ class KubernetesBackend:
             with contextlib.suppress(FileNotFoundError, PathRefused):
                 workdir = await self._resolve(ref, cwd)
         argv = ["env", "-C", workdir, "PS1=\\W$ ", "bash", "-l"]
-        ws = await self.api.run(self.api.open_stream, self._pod(ref), argv, tty=True, stdin=True)
+        ws = await self.api.run_stream(self.api.open_stream, self._pod(ref), argv, tty=True, stdin=True)
         term = KubeTerminal(ws)
         await term.resize(cols, rows)
         return term
