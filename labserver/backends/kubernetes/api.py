@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -243,9 +244,14 @@ class KubeApi:
             )
         except ApiException as exc:
             text = str(exc.reason or exc)
-            if _status(exc) == 404 or "404" in text or "not found" in text.lower() or "not running" in text:
+            code = _handshake_status(exc)
+            if code == 404:
                 raise EnvironmentGone(log=text) from exc
-            raise  # status 0: no connection yet (nothing ran), retried by run()
+            if code in (401, 403):
+                raise EnvironmentGone(problems.message("exec-refused"), reason="exec-refused", log=text) from exc
+            if code is not None and 400 <= code < 500:  # answered: no host, container not running
+                raise EnvironmentGone(problems.message("not-running"), reason="not-running", log=text) from exc
+            raise  # no answer or a 5xx: nothing ran, retried by run()
         finally:
             own.close()  # its HTTP pool only: the WebSocket has a socket of its own
 
@@ -284,6 +290,18 @@ class KubeApi:
         self._streams.shutdown(wait=False, cancel_futures=True)
         if self._client is not None:
             self._client.close()
+
+
+def _handshake_status(exc: ApiException) -> int | None:
+    """The HTTP status the API server answered the exec handshake with (``websocket_call`` wraps
+    websocket-client's error in an ``ApiException`` of status 0), or None when it did not answer."""
+    if _status(exc):
+        return _status(exc)
+    code = getattr(exc.__context__, "status_code", None)
+    if isinstance(code, int):
+        return code
+    m = re.search(r"Handshake status (\d{3})", str(exc.reason or ""))
+    return int(m.group(1)) if m else None
 
 
 def _exit_code(raw: bytes | str) -> int | None:

@@ -95,6 +95,7 @@ class FakeCluster:
         self.root = Path(tempfile.mkdtemp(prefix="labserver-fake-k8s-")) if root is None else root
         self.kubelet = Kubelet(self.root)
         self.exec_protocols = EXEC_PROTOCOLS  # what the API server accepts, in its order
+        self.exec_forbidden = False  # answer exec with 403 (RBAC without pods/exec)
         self.tamper_log: Callable[[str, bytes], bytes] | None = None  # (pod, log) -> log served
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name) -> object
         self.lock = threading.Lock()
@@ -162,6 +163,16 @@ class FakeCluster:
                 pod = self._pod_or_answer(name)
                 if pod is None:
                     return
+                if cluster.exec_forbidden:
+                    return self._answer(
+                        403,
+                        _status(
+                            403,
+                            "Forbidden",
+                            f'pods "{name}" is forbidden: User "system:serviceaccount:labserver:labserver" '
+                            'cannot create resource "pods/exec" in API group "" in the namespace',
+                        ),
+                    )
                 if not pod["spec"].get("nodeName"):
                     return self._answer(400, _status(400, "BadRequest", f"pod {name} does not have a host assigned"))
                 wanted = query.get("container", [""])[0] or pod["spec"]["containers"][0]["name"]
