@@ -277,8 +277,8 @@ class KubeApi:
             out += ws.read_channel(1) or b""
             err += ws.read_channel(2) or b""
             code = None if still_open else _exit_code(ws.read_channel(3))
-        except WebSocketException as exc:
-            raise EnvironmentGone("Your environment stopped answering.", log=repr(exc)) from exc
+        except (WebSocketException, OSError) as exc:  # a reset is an OSError: never retried, it ran
+            raise EnvironmentGone(problems.message("cut"), reason="cut", log=repr(exc)) from exc
         finally:
             ws.close()
         elapsed = time.monotonic() - start

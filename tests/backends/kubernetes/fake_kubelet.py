@@ -38,6 +38,7 @@ import pty
 import selectors
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -86,6 +87,8 @@ class Kubelet:
         self.procs: dict[str, set[subprocess.Popen[bytes]]] = {}  # pod -> its running processes
         self.lock = threading.Lock()
         self.execs = 0  # exec sessions started (tests read it)
+        #: drop the TCP connection (RST) of an exec whose argv this says yes to, after its first output
+        self.reset_after_output: Callable[[Sequence[str]], bool] = lambda argv: False
         self.hostname = os.uname().nodename
 
     # -- volumes ---------------------------------------------------------------------------------
@@ -316,7 +319,8 @@ class Kubelet:
             except (ConnectionError, OSError, ValueError):
                 kill()
 
-        threading.Thread(target=from_client, daemon=True, name="fake-kubelet-exec-in").start()
+        reader = threading.Thread(target=from_client, daemon=True, name="fake-kubelet-exec-in")
+        reader.start()
         sel = selectors.DefaultSelector()
         for fd in outputs:
             sel.register(fd, selectors.EVENT_READ)
@@ -336,6 +340,12 @@ class Kubelet:
                         failed += chunk
                         continue
                     ws.send(bytes([outputs[key.fd]]) + chunk, BINARY)
+                    if self.reset_after_output(argv):  # a proxy or node going away mid-command
+                        ws.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        ws.sock.shutdown(socket.SHUT_RD)  # wakes the reader (sends nothing)
+                        reader.join(5)
+                        os.close(ws.sock.detach())  # linger 0: the peer gets a RST
+                        raise ConnectionResetError("reset by the test")
             code = proc.wait()
         except (ConnectionError, OSError):
             kill()

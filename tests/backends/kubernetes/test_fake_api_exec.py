@@ -336,3 +336,21 @@ def test_fake_api_thirty_execs_at_once(backend: KubernetesBackend, cluster: Fake
 
     run(go())
     assert cluster.kubelet.execs >= 33
+
+
+def test_fake_api_exec_cut_after_it_started_is_not_run_again(
+    backend: KubernetesBackend, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The connection drops (RST) once the command printed: it ran, so it is not retried (a save
+    or a training run must not happen twice); the attendee is told the environment stopped
+    answering."""
+
+    async def go() -> None:
+        ref = await backend.create(spec(tmp_path))
+        cluster.kubelet.reset_after_output = lambda argv: "started" in " ".join(argv)
+        with pytest.raises(EnvironmentGone) as err:
+            await backend.exec(ref, ["sh", "-c", "echo run >> runs.txt; echo started; sleep 2"], cwd="demo")
+        assert await backend.read_file(ref, "demo/runs.txt") == b"run\n"  # once
+        assert err.value.reason != "api-down" and "stopped answering" in err.value.message, err.value
+
+    run(go())
