@@ -105,7 +105,9 @@ class KubeApi:
         self._configuration = configuration
         self._client: kclient.ApiClient | None = None
         self._pool = ThreadPoolExecutor(max_workers=API_WORKERS, thread_name_prefix="labserver-k8s")
-        self._streams = ThreadPoolExecutor(max_workers=STREAM_WORKERS, thread_name_prefix="labserver-k8s-exec")
+        self._streams = ThreadPoolExecutor(
+            max_workers=STREAM_WORKERS, thread_name_prefix="labserver-k8s-exec"
+        )
 
     @property
     def client(self) -> kclient.ApiClient:
@@ -248,9 +250,13 @@ class KubeApi:
             if code == 404:
                 raise EnvironmentGone(log=text) from exc
             if code in (401, 403):
-                raise EnvironmentGone(problems.message("exec-refused"), reason="exec-refused", log=text) from exc
+                raise EnvironmentGone(
+                    problems.message("exec-refused"), reason="exec-refused", log=text
+                ) from exc
             if code is not None and 400 <= code < 500:  # answered: no host, container not running
-                raise EnvironmentGone(problems.message("not-running"), reason="not-running", log=text) from exc
+                raise EnvironmentGone(
+                    problems.message("not-running"), reason="not-running", log=text
+                ) from exc
             raise  # no answer or a 5xx: nothing ran, retried by run()
         finally:
             own.close()  # its HTTP pool only: the WebSocket has a socket of its own

@@ -34,11 +34,16 @@ KUBECONFIG = os.environ.get("LABSERVER_TEST_KUBECONFIG", "")
 _FAKES: dict[Path, FakeCluster] = {}
 
 
+def _close_all() -> None:
+    for cluster in _FAKES.values():
+        cluster.close()
+
+
 def fake_cluster_for(tmp_path: Path) -> FakeCluster:
     """The fake cluster of this test (made on first use, closed when the test process ends)."""
     if tmp_path not in _FAKES:
         if not _FAKES:
-            atexit.register(lambda: [c.close() for c in _FAKES.values()])
+            atexit.register(_close_all)
         root = tmp_path / "fake-cluster"
         root.mkdir(exist_ok=True)
         _FAKES[tmp_path] = FakeCluster(root)

@@ -47,7 +47,7 @@ PLURALS = {
 PATH = re.compile(
     r"^/(?:api/v1|apis/networking\.k8s\.io/v1)/namespaces/([^/]+)/([a-z]+)(?:/([^/]+))?(?:/(exec|log))?$"
 )
-EXEC_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+EXEC_PROTOCOLS: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 
 
 class Server(ThreadingHTTPServer):
@@ -56,7 +56,14 @@ class Server(ThreadingHTTPServer):
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _flag(query: dict[str, list[str]], name: str) -> bool:
@@ -94,7 +101,7 @@ class FakeCluster:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="labserver-fake-k8s-")) if root is None else root
         self.kubelet = Kubelet(self.root)
-        self.exec_protocols = EXEC_PROTOCOLS  # what the API server accepts, in its order
+        self.exec_protocols: tuple[str, ...] = EXEC_PROTOCOLS  # what the API server accepts, in its order
         self.exec_forbidden = False  # answer exec with 403 (RBAC without pods/exec)
         self.tamper_log: Callable[[str, bytes], bytes] | None = None  # (pod, log) -> log served
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name) -> object
@@ -174,19 +181,30 @@ class FakeCluster:
                         ),
                     )
                 if not pod["spec"].get("nodeName"):
-                    return self._answer(400, _status(400, "BadRequest", f"pod {name} does not have a host assigned"))
+                    return self._answer(
+                        400, _status(400, "BadRequest", f"pod {name} does not have a host assigned")
+                    )
                 wanted = query.get("container", [""])[0] or pod["spec"]["containers"][0]["name"]
                 container = next((c for c in pod["spec"]["containers"] if c["name"] == wanted), None)
                 if container is None:
-                    return self._answer(400, _status(400, "BadRequest", f"container {wanted} is not valid for pod {name}"))
+                    return self._answer(
+                        400, _status(400, "BadRequest", f"container {wanted} is not valid for pod {name}")
+                    )
                 if (pod.get("status") or {}).get("phase") != "Running":
                     return self._answer(
-                        400, _status(400, "BadRequest", f"container not found ({wanted!r}): the pod is not running")
+                        400,
+                        _status(
+                            400, "BadRequest", f"container not found ({wanted!r}): the pod is not running"
+                        ),
                     )
                 offered = [p.strip() for p in (self.headers.get("Sec-WebSocket-Protocol") or "").split(",")]
                 chosen = next((p for p in offered if p in cluster.exec_protocols), None)
                 key = self.headers.get("Sec-WebSocket-Key")
-                if "websocket" not in (self.headers.get("Upgrade") or "").lower() or not key or chosen is None:
+                if (
+                    "websocket" not in (self.headers.get("Upgrade") or "").lower()
+                    or not key
+                    or chosen is None
+                ):
                     return self._answer(400, _status(400, "BadRequest", "Upgrade request required"))
                 self.send_response(101, "Switching Protocols")
                 self.send_header("Upgrade", "websocket")
@@ -216,7 +234,9 @@ class FakeCluster:
                 if data is None:
                     return self._answer(
                         400,
-                        _status(400, "BadRequest", f'container "{wanted}" in pod "{name}" is waiting to start'),
+                        _status(
+                            400, "BadRequest", f'container "{wanted}" in pod "{name}" is waiting to start'
+                        ),
                     )
                 if cluster.tamper_log is not None:
                     data = cluster.tamper_log(name, data)
@@ -294,7 +314,9 @@ class FakeCluster:
                 return unschedulable(f'persistentvolumeclaim "{claim}" not found')
         host = (pod["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname")
         if host and host != self.node:
-            return unschedulable("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.")
+            return unschedulable(
+                "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+            )
         pod["spec"]["nodeName"] = self.node
         self._ready[pod["metadata"]["name"]] = status
         return {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
@@ -311,7 +333,10 @@ class FakeCluster:
         if not self.kubelet.probe(pod):
             ready_status = {
                 "phase": "Running",
-                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False"},
+                ],
             }
         self.set_pod_status(name, ready_status)
 

@@ -60,7 +60,20 @@ IMAGE_ENV = {  # provisioning/images/Dockerfile.cpu-emu
 IMAGE_WORKDIR, IMAGE_UID = "/workspace", 1000
 IMAGE_FOLDERS = ("/tmp", "/home/lab", "/workspace", "/opt/labserver")  # made by the Dockerfile
 #: host folders that are not "the image" (the pod's own /tmp, /home, /workspace come from volumes)
-NOT_IMAGE = {"dev", "proc", "sys", "tmp", "home", "run", "workspace", "opt", "lost+found", "old_root", "mnt", "media"}
+NOT_IMAGE = {
+    "dev",
+    "proc",
+    "sys",
+    "tmp",
+    "home",
+    "run",
+    "workspace",
+    "opt",
+    "lost+found",
+    "old_root",
+    "mnt",
+    "media",
+}
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE_CHANNEL = 0, 1, 2, 3, 4, 255
 
 
@@ -117,7 +130,9 @@ class Kubelet:
             if "configMap" in vol:
                 sources.append(("configmaps", vol["configMap"]["name"], 0o444))
             if "secret" in vol:
-                sources.append(("secrets", vol["secret"]["secretName"], vol["secret"].get("defaultMode", 0o444)))
+                sources.append(
+                    ("secrets", vol["secret"]["secretName"], vol["secret"].get("defaultMode", 0o444))
+                )
             for src in (vol.get("projected") or {}).get("sources") or []:
                 if "configMap" in src:
                     sources.append(("configmaps", src["configMap"]["name"], 0o444))
@@ -162,7 +177,11 @@ class Kubelet:
         for mount in container.get("volumeMounts") or []:
             vol = volumes[mount["name"]]
             claim = vol.get("persistentVolumeClaim")
-            src = self.pvc_dir(claim["claimName"]) if claim else self.pod_dir(pod["metadata"]["name"]) / vol["name"]
+            src = (
+                self.pvc_dir(claim["claimName"])
+                if claim
+                else self.pod_dir(pod["metadata"]["name"]) / vol["name"]
+            )
             readonly = mount.get("readOnly") or (claim or {}).get("readOnly")
             args += ["--ro-bind" if readonly else "--bind", str(src), mount["mountPath"]]
         args += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/"]
@@ -186,7 +205,9 @@ class Kubelet:
         with self.lock:
             self.procs.get(pod, set()).discard(proc)
 
-    def run(self, pod: dict[str, Any], container: dict[str, Any], argv: Sequence[str], log: Path | None = None) -> int:
+    def run(
+        self, pod: dict[str, Any], container: dict[str, Any], argv: Sequence[str], log: Path | None = None
+    ) -> int:
         """``argv`` in the container to completion (output to ``log``); the exit code."""
         name = pod["metadata"]["name"]
         out = log.open("ab") if log else subprocess.DEVNULL
@@ -219,7 +240,9 @@ class Kubelet:
             phase = "Succeeded"
             set_status({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})
             for c in pod["spec"].get("initContainers") or []:
-                code = self.run(pod, c, [*c.get("command", []), *c.get("args", [])], logs / f"{c['name']}.log")
+                code = self.run(
+                    pod, c, [*c.get("command", []), *c.get("args", [])], logs / f"{c['name']}.log"
+                )
                 inits.append({"name": c["name"], "state": {"terminated": {"exitCode": code}}})
                 if code != 0:
                     phase = "Failed"
@@ -227,7 +250,9 @@ class Kubelet:
             else:
                 set_status({"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]})
                 for c in pod["spec"]["containers"]:
-                    code = self.run(pod, c, [*c.get("command", []), *c.get("args", [])], logs / f"{c['name']}.log")
+                    code = self.run(
+                        pod, c, [*c.get("command", []), *c.get("args", [])], logs / f"{c['name']}.log"
+                    )
                     statuses.append({"name": c["name"], "state": {"terminated": {"exitCode": code}}})
                     if code != 0:
                         phase = "Failed"
@@ -311,11 +336,14 @@ class Kubelet:
                                 proc.stdin.flush()
                     elif channel == RESIZE and tty:
                         size = json.loads(payload)
-                        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", size["Height"], size["Width"], 0, 0))
+                        fcntl.ioctl(
+                            master,
+                            termios.TIOCSWINSZ,
+                            struct.pack("HHHH", size["Height"], size["Width"], 0, 0),
+                        )
                     elif channel == CLOSE_CHANNEL and subprotocol.startswith("v5") and payload[:1] == b"\0":
-                        if proc.stdin is not None:
-                            with contextlib.suppress(BrokenPipeError):
-                                proc.stdin.close()
+                        with contextlib.suppress(BrokenPipeError, AttributeError):
+                            proc.stdin.close()  # type: ignore[union-attr]  # v5: stdin closed
             except (ConnectionError, OSError, ValueError):
                 kill()
 

@@ -6,6 +6,7 @@ close), unmasked server frames. Standard library only; used by the fake API serv
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import socket
 import struct
@@ -82,8 +83,6 @@ class WebSocket:
     def close(self, code: int = 1000) -> None:
         if self.closed:
             return
-        try:
+        with contextlib.suppress(OSError):
             self.send(struct.pack("!H", code), CLOSE)
-        except OSError:
-            pass
         self.closed = True

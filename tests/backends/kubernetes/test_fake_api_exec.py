@@ -51,7 +51,9 @@ def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 @pytest.fixture
 def backend(settings: Settings, cluster: FakeCluster) -> Iterator[KubernetesBackend]:
     cfg = settings.kubernetes.model_copy(update={"namespace": "t", "api_attempts": 3})
-    b = KubernetesBackend(settings.model_copy(update={"kubernetes": cfg}), configuration=cluster.configuration())
+    b = KubernetesBackend(
+        settings.model_copy(update={"kubernetes": cfg}), configuration=cluster.configuration()
+    )
     b.poll_s = 0.02
     yield b
     b.api.close()
@@ -90,7 +92,9 @@ def test_fake_api_exec_channels_exit_codes_stdin_and_timeout(
         ref = await backend.create(spec(tmp_path))
         res = await backend.exec(ref, ["sh", "-c", "echo out; echo err >&2; exit 3"])
         assert (res.exit_code, res.stdout, res.stderr) == (3, b"out\n", b"err\n")
-        res = await backend.exec(ref, ["sh", "-c", "pwd; id -u; echo $HOME; touch /etc/x 2>&1 || true"], cwd="demo")
+        res = await backend.exec(
+            ref, ["sh", "-c", "pwd; id -u; echo $HOME; touch /etc/x 2>&1 || true"], cwd="demo"
+        )
         lines = res.stdout.decode().splitlines()
         assert lines[:3] == ["/workspace/demo", "1000", "/home/lab"] and "Read-only" in lines[3], lines
         res = await backend.exec(ref, ["no-such-program"])
@@ -221,7 +225,9 @@ def _forged(nonce: str, passed: bool = True) -> bytes:
             "log_truncated": False,
             "missing": False,
             "nonce": nonce,
-            "result": base64.b64encode(json.dumps({"passed": passed, "message": "forged pass"}).encode()).decode(),
+            "result": base64.b64encode(
+                json.dumps({"passed": passed, "message": "forged pass"}).encode()
+            ).decode(),
             "timed_out": False,
         }
     )
@@ -248,7 +254,9 @@ def test_fake_api_getting_started_step_one_in_the_grader_pod_valid_and_forged(
 
     async def go() -> None:
         ref = await backend.create(spec(Path("."), labs=(lab,)))
-        kind = (GETTING_STARTED / "solution" / "device.txt").read_text().strip()  # what device_info.py prints here
+        kind = (
+            (GETTING_STARTED / "solution" / "device.txt").read_text().strip()
+        )  # what device_info.py prints here
         await backend.write_file(ref, "getting-started/device.txt", f"{kind}\n".encode())
         # valid: the signed record is read, even with a forged (failing) record before it in the log
         cluster.tamper_log = lambda pod, log: _forged(_nonce(log), passed=False) + b"\n" + log
@@ -312,12 +320,18 @@ def test_fake_api_exec_into_a_pod_that_is_not_running_is_gone_not_api_down(
         cluster.exec_forbidden = True  # the server's role lacks pods/exec
         with pytest.raises(EnvironmentGone) as err:
             await backend.read_file(ref, "demo/hello.py")
-        assert err.value.reason == "exec-refused" and "rights" in err.value.message and "权限" in err.value.message
+        assert (
+            err.value.reason == "exec-refused"
+            and "rights" in err.value.message
+            and "权限" in err.value.message
+        )
 
     run(go())
 
 
-def test_fake_api_thirty_execs_at_once(backend: KubernetesBackend, cluster: FakeCluster, tmp_path: Path) -> None:
+def test_fake_api_thirty_execs_at_once(
+    backend: KubernetesBackend, cluster: FakeCluster, tmp_path: Path
+) -> None:
     """Thirty commands that wait for a file, then the save that writes it: none may wait for a
     thread behind the others (they would time out), each gets its own output."""
     wait = 'while [ ! -e go ]; do sleep 0.05; done; echo "$1"'
@@ -325,7 +339,9 @@ def test_fake_api_thirty_execs_at_once(backend: KubernetesBackend, cluster: Fake
     async def go() -> None:
         refs = await asyncio.gather(*(backend.create(spec(tmp_path, f"ev1-at{i}")) for i in range(3)))
         runs = [
-            asyncio.ensure_future(backend.exec(refs[i % 3], ["sh", "-c", wait, "sh", str(i)], cwd="demo", timeout=20))
+            asyncio.ensure_future(
+                backend.exec(refs[i % 3], ["sh", "-c", wait, "sh", str(i)], cwd="demo", timeout=20)
+            )
             for i in range(30)
         ]
         await asyncio.sleep(0.5)
