@@ -163,21 +163,41 @@ class KubernetesBackend:
             await self._wait_gone(name)
             pod = None
         if pod is None:
-            pod = await self._claim_warm(spec, say)
-        if pod is None:
-            await self.api.ensure("pvc", km.make_pvc(spec, self.cfg, prefix=self.prefix))
-            pod = await self._make_pod(spec, card=km.wants_card(spec, self.cfg), say=say)
+            claim = await self._claim_of(spec.env_id)  # a stopped or evicted attendee's own files
+            if claim is None:
+                pod = await self._claim_warm(spec, say)
+            if pod is None:
+                if claim is None:
+                    claim = km.pvc_name(spec.env_id, self.prefix)
+                    await self.api.ensure("pvc", km.make_pvc(spec, self.cfg, prefix=self.prefix))
+                pod = await self._make_pod(spec, card=km.wants_card(spec, self.cfg), say=say, pvc=claim)
         pod = await self._wait_ready(pod, spec, say)
         ref = self._ref(pod)
         await self._seed(self._pod(ref), spec.labs, say)
         await say("ready", "Your environment is ready")
         return ref
 
+    async def _claim_of(self, env_id: str) -> str | None:
+        """The name of the environment's workspace claim if it has one: its own
+        (``<prefix>-ws-<env>``), or the warm pod's claim it took over (labelled with its env id)."""
+        own = km.pvc_name(env_id, self.prefix)
+        if await self.api.get("pvc", own) is not None:
+            return own
+        found = await self.api.find(
+            "pvc", km.selector(self.prefix, **{km.LABEL_ENV_NAME: km.label_value(env_id)})
+        )
+        names = [
+            p["metadata"]["name"]
+            for p in found
+            if (p["metadata"].get("annotations") or {}).get(km.ANNOTATION_ENV) == env_id
+        ]
+        return names[0] if names else None
+
     async def _make_pod(
-        self, spec: EnvSpec, *, card: bool, say: ProgressCallback, notice: str = ""
+        self, spec: EnvSpec, *, card: bool, say: ProgressCallback, pvc: str, notice: str = ""
     ) -> dict[str, Any]:
         await say("creating", "Creating your environment")
-        body = km.make_pod(spec, self.cfg, card=card, prefix=self.prefix, notice=notice)
+        body = km.make_pod(spec, self.cfg, card=card, pvc=pvc, prefix=self.prefix, notice=notice)
         try:
             return await self.api.create("pod", body)
         except Exists:
@@ -240,7 +260,8 @@ class KubernetesBackend:
             await self._wait_gone(name)
             notice = problems.message("cpu-fallback")
             await say("notice", notice)
-            current["pod"] = await self._make_pod(spec, card=False, say=say, notice=notice)
+            claim = self._ref(pod).data["pvc"] or km.pvc_name(spec.env_id, self.prefix)
+            current["pod"] = await self._make_pod(spec, card=False, say=say, pvc=claim, notice=notice)
             raise NotYet(name)
         if problem.reason == "no-card" and spec.device == "any" and holds_card:
             problem = problems.Problem("no-card", problem.detail)  # the operator turned fallback off
@@ -388,6 +409,14 @@ class KubernetesBackend:
                 if exc.status in (404, 409):
                     continue  # another claimer was first
                 raise
+            claim = self._ref(claimed).data["pvc"]
+            if claim:  # the claim follows its attendee through stop and eviction (_claim_of)
+                labels = {km.LABEL_ENV_NAME: km.label_value(spec.env_id)}
+                await self.api.patch(
+                    "pvc",
+                    claim,
+                    {"metadata": {"labels": labels, "annotations": {km.ANNOTATION_ENV: spec.env_id}}},
+                )
             await say("claimed", "A ready environment was waiting for you")
             return claimed
         return None

@@ -370,3 +370,35 @@ def test_fake_api_exec_cut_after_it_started_is_not_run_again(
         assert err.value.reason != "api-down" and "stopped answering" in err.value.message, err.value
 
     run(go())
+
+
+def test_fake_api_stopped_attendee_gets_their_own_workspace_back_with_a_warm_pool(
+    backend: KubernetesBackend, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """With warm pods waiting, a stopped (idle-culled, evicted) attendee's next start must mount
+    their own claim again, never a warm pod's empty one; and a warm pod's claim follows the
+    attendee it went to (through stop and start), and goes with destroy."""
+
+    def seat(i: int) -> EnvSpec:
+        return EnvSpec(**{**spec(tmp_path, f"ev7-at{i}").__dict__, "event_id": 7})
+
+    async def go() -> None:
+        assert await backend.prepare_event(7, seat(0), 1) == 1
+        warm = await backend.create(seat(1))  # takes the warm pod
+        assert warm.infra_id.startswith("labserver-warm-")
+        own = await backend.create(seat(2))  # no warm pod left: its own pod and claim
+        await backend.write_file(warm, "demo/mine.txt", b"one")
+        await backend.write_file(own, "demo/mine.txt", b"two")
+        await backend.stop(warm)
+        await backend.stop(own)
+        assert await backend.prepare_event(7, seat(0), 2) == 2  # the pool refilled meanwhile
+        warm = await backend.create(seat(1))
+        own = await backend.create(seat(2))
+        assert await backend.read_file(warm, "demo/mine.txt") == b"one"
+        assert await backend.read_file(own, "demo/mine.txt") == b"two"
+        await backend.destroy(warm)
+        await backend.destroy(own)
+        await backend.prepare_event(7, seat(0), 0)
+
+    run(go())
+    assert cluster.names("pods") == [] and cluster.names("persistentvolumeclaims") == []
