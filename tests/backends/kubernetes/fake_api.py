@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import yaml
 from kubernetes import client as kclient
 
 from tests.backends.kubernetes.fake_kubelet import Kubelet
@@ -53,6 +54,23 @@ EXEC_PROTOCOLS: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 class Server(ThreadingHTTPServer):
     request_queue_size = 128  # thirty execs connect at once
     daemon_threads = True
+
+
+VERBS = {"GET": "get", "POST": "create", "DELETE": "delete", "PATCH": "patch"}
+RBAC = Path(__file__).resolve().parents[3] / "provisioning" / "kubernetes" / "base" / "rbac.yaml"
+
+
+def role_rules(path: Path = RBAC) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) that the server's Role in ``provisioning/kubernetes`` grants:
+    the fake answers anything else 403, as the API server would with that Role bound."""
+    (role,) = [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "Role"]
+    return {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -102,7 +120,8 @@ class FakeCluster:
         self.root = Path(tempfile.mkdtemp(prefix="labserver-fake-k8s-")) if root is None else root
         self.kubelet = Kubelet(self.root)
         self.exec_protocols: tuple[str, ...] = EXEC_PROTOCOLS  # what the API server accepts, in its order
-        self.exec_forbidden = False  # answer exec with 403 (RBAC without pods/exec)
+        self.rules = role_rules()  # what the server's Role grants (provisioning/kubernetes)
+        self.checked: set[tuple[str, str, str]] = set()  # what the backend asked for
         self.tamper_log: Callable[[str, bytes], bytes] | None = None  # (pod, log) -> log served
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name) -> object
         self.lock = threading.Lock()
@@ -143,6 +162,19 @@ class FakeCluster:
                 if not m:
                     return self._answer(404, {"kind": "Status", "message": "no such path"})
                 _ns, plural, name, sub = m.groups()
+                group = "networking.k8s.io" if url.path.startswith("/apis/networking") else ""
+                resource = f"{plural}/{sub}" if sub else plural
+                verb = "create" if sub == "exec" else VERBS[method] if name or method != "GET" else "list"
+                if not cluster.allowed(group, resource, verb):
+                    return self._answer(
+                        403,
+                        _status(
+                            403,
+                            "Forbidden",
+                            f'{resource} "{name or ""}" is forbidden: User "system:serviceaccount:labserver:labserver" '
+                            f'cannot {verb} resource "{resource}" in API group "{group}" in the namespace',
+                        ),
+                    )
                 if sub == "exec" and plural == "pods" and method == "GET":
                     return self._exec(str(name), parse_qs(url.query))
                 if sub == "log" and plural == "pods" and method == "GET":
@@ -170,16 +202,6 @@ class FakeCluster:
                 pod = self._pod_or_answer(name)
                 if pod is None:
                     return
-                if cluster.exec_forbidden:
-                    return self._answer(
-                        403,
-                        _status(
-                            403,
-                            "Forbidden",
-                            f'pods "{name}" is forbidden: User "system:serviceaccount:labserver:labserver" '
-                            'cannot create resource "pods/exec" in API group "" in the namespace',
-                        ),
-                    )
                 if not pod["spec"].get("nodeName"):
                     return self._answer(
                         400, _status(400, "BadRequest", f"pod {name} does not have a host assigned")
@@ -263,6 +285,11 @@ class FakeCluster:
         self.server = Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def allowed(self, group: str, resource: str, verb: str) -> bool:
+        with self.lock:
+            self.checked.add((group, resource, verb))
+            return (group, resource, verb) in self.rules
 
     @property
     def url(self) -> str:

@@ -317,7 +317,7 @@ def test_fake_api_exec_into_a_pod_that_is_not_running_is_gone_not_api_down(
         assert sum(1 for _, p in cluster.requests[before:] if p.endswith("/exec")) == 1
         with pytest.raises(EnvironmentGone):
             await backend.terminal(ref, 80, 24)
-        cluster.exec_forbidden = True  # the server's role lacks pods/exec
+        cluster.rules.discard(("", "pods/exec", "create"))  # a Role without pods/exec
         with pytest.raises(EnvironmentGone) as err:
             await backend.read_file(ref, "demo/hello.py")
         assert (
@@ -402,3 +402,29 @@ def test_fake_api_stopped_attendee_gets_their_own_workspace_back_with_a_warm_poo
 
     run(go())
     assert cluster.names("pods") == [] and cluster.names("persistentvolumeclaims") == []
+
+
+def test_fake_api_thirty_checks_at_once(
+    backend: KubernetesBackend, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Thirty grader pods at once over three attendees (the Check button pressed everywhere):
+    each verdict is its own attendee's, every grader pod and Secret is removed."""
+    checker = tmp_path / "check.py"
+    checker.write_text(
+        "import json, os\n"
+        "os.write(int(os.environ['LAB_RESULT_FD']), json.dumps({'passed': True, 'message': open('who').read()}).encode())\n"
+    )
+
+    async def go() -> None:
+        refs = await asyncio.gather(*(backend.create(spec(tmp_path, f"ev1-at{i}")) for i in range(3)))
+        await asyncio.gather(*(backend.write_file(r, "demo/who", r.env_id.encode()) for r in refs))
+        req = CheckRequest(lab_id="demo", step_id="s", checker=checker, env={}, timeout_s=60)
+        raws = await asyncio.gather(*(backend.run_check(refs[i % 3], req) for i in range(30)))
+        verdicts = [interpret(raw, 60) for raw in raws]
+        assert [(v.status, v.message) for v in verdicts] == [
+            (CheckStatus.passed, refs[i % 3].env_id) for i in range(30)
+        ]
+
+    run(go())
+    assert [n for n in cluster.names("pods") if "grader" in n] == [] and cluster.names("secrets") == []
+    assert len(cluster.names("configmaps")) == 1  # the bundle, sent once
