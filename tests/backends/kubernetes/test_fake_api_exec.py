@@ -428,3 +428,31 @@ def test_fake_api_thirty_checks_at_once(
     run(go())
     assert [n for n in cluster.names("pods") if "grader" in n] == [] and cluster.names("secrets") == []
     assert len(cluster.names("configmaps")) == 1  # the bundle, sent once
+
+
+def test_fake_api_thirty_terminals_at_once_and_closing_ends_their_shells(
+    backend: KubernetesBackend, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    async def session(ref: EnvRef, i: int) -> bytes:
+        term = await backend.terminal(ref, 80, 24)
+        await term.write(f"echo term-$((1000+{i}))\r".encode())
+        buf = b""
+        while f"term-{1000 + i}".encode() not in buf:
+            chunk = await asyncio.wait_for(term.read(), 20)
+            assert chunk, buf
+            buf += chunk
+        await term.write(b"sleep 300\r")  # still running when the attendee closes the tab
+        await term.close()
+        return buf
+
+    async def go() -> None:
+        refs = await asyncio.gather(*(backend.create(spec(tmp_path, f"ev1-at{i}")) for i in range(3)))
+        outs = await asyncio.gather(*(session(refs[i % 3], i) for i in range(30)))
+        assert all(f"term-{1000 + i}".encode() in out for i, out in enumerate(outs))
+        for _ in range(100):  # the kubelet ends each closed session's shell
+            if not any(cluster.kubelet.procs.values()):
+                break
+            await asyncio.sleep(0.05)
+        assert not any(cluster.kubelet.procs.values())
+
+    run(go())
