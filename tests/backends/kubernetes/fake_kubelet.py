@@ -48,6 +48,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.backends.kubernetes.fake_ws import BINARY, CLOSE, WebSocket
 
 BWRAP = "/usr/bin/bwrap"
@@ -94,6 +96,10 @@ def status_for(code: int | None, argv: Sequence[str], failure: str = "") -> dict
 
 class Kubelet:
     def __init__(self, root: Path) -> None:
+        if not os.access(BWRAP, os.X_OK):
+            pytest.fail(
+                f"the fake kubelet runs pods in bubblewrap: {BWRAP} is missing (apt-get install bubblewrap)"
+            )
         self.root = root
         (root / "pvcs").mkdir(parents=True, exist_ok=True)
         (root / "pods").mkdir(parents=True, exist_ok=True)
