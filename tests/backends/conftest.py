@@ -13,7 +13,7 @@ from labserver.backends.base import Backend
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from tests.backends.docker.factory import docker_factory
-from tests.backends.kubernetes.factory import KUBECONFIG, kubernetes_factory
+from tests.backends.kubernetes.factory import KUBECONFIG, kubernetes_factory, kubernetes_fake_api_factory
 
 
 def local_factory(settings: Settings, tmp_path: Path) -> Backend:
@@ -40,6 +40,7 @@ BACKEND_FACTORIES: dict[str, Callable[[Settings, Path], Backend]] = {
     "local": local_factory,
     "local-nosandbox": local_unsandboxed_factory,
     "docker": docker_factory,
+    "kubernetes-fake_api": kubernetes_fake_api_factory,  # the in-process fake API server (no cluster here)
 }
 if KUBECONFIG:  # a real cluster: `make test-kubernetes` (fails when LABSERVER_TEST_KUBECONFIG is unset)
     BACKEND_FACTORIES["kubernetes"] = kubernetes_factory

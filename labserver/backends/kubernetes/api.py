@@ -7,7 +7,12 @@
   helper, ``LABSERVER_KUBERNETES__API_ATTEMPTS`` times in all; then :class:`ApiDown` (``api-down``).
 - 404 on get / delete is "gone" (None / success); 409 on create is "exists" (:class:`Exists`);
   403 "exceeded quota" is :class:`~labserver.backends.base.ProvisionError` ``quota``.
-- ``exec_blocking`` and ``open_stream`` speak the exec WebSocket (``kubernetes.stream``).
+- ``exec_blocking`` and ``open_stream`` speak the exec WebSocket (``kubernetes.stream``), each on
+  an ``ApiClient`` of its own (``stream`` swaps ``call_api`` on the client it is given while it
+  connects: on the shared client a concurrent GET went over a WebSocket, and two overlapping
+  streams could leave it patched for good) and in a pool of their own (:data:`STREAM_WORKERS`
+  threads: an exec holds its thread for as long as the command runs, so long commands never
+  starve the short API calls, nor the next attendee's exec, of threads).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +47,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "serviceaccount": ("core", "service_account"),
     "networkpolicy": ("networking", "network_policy"),
 }
+API_WORKERS = 16  # short API calls (get, create, list, logs)
+STREAM_WORKERS = 512  # exec sessions: one thread each for the command's whole run
 UNREACHABLE = (
     urllib3.exceptions.HTTPError,  # MaxRetryError, ProtocolError, timeouts, NewConnectionError
     ConnectionError,
@@ -96,7 +104,10 @@ class KubeApi:
         self.namespace = cfg.namespace
         self._configuration = configuration
         self._client: kclient.ApiClient | None = None
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="labserver-k8s")
+        self._pool = ThreadPoolExecutor(max_workers=API_WORKERS, thread_name_prefix="labserver-k8s")
+        self._streams = ThreadPoolExecutor(
+            max_workers=STREAM_WORKERS, thread_name_prefix="labserver-k8s-exec"
+        )
 
     @property
     def client(self) -> kclient.ApiClient:
@@ -117,11 +128,20 @@ class KubeApi:
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)`` in the pool; an unanswered try is retried through ``backoff``."""
+        return await self._run(self._pool, fn, args, kw)
+
+    async def run_stream(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """As :meth:`run`, in the exec pool (for ``exec_blocking`` and ``open_stream``)."""
+        return await self._run(self._streams, fn, args, kw)
+
+    async def _run(
+        self, pool: ThreadPoolExecutor, fn: Callable[..., Any], args: tuple[Any, ...], kw: dict[str, Any]
+    ) -> Any:
         loop = asyncio.get_running_loop()
 
         async def once() -> Any:
             try:
-                return await loop.run_in_executor(self._pool, lambda: fn(*args, **kw))
+                return await loop.run_in_executor(pool, lambda: fn(*args, **kw))
             except ApiException as exc:
                 if _status(exc) in (0, 502, 503, 504):
                     raise Unreachable(f"{_status(exc)} {exc.reason}") from exc
@@ -208,9 +228,10 @@ class KubeApi:
     # -- the exec WebSocket --------------------------------------------------------------------
     def open_stream(self, pod: str, argv: Sequence[str], *, tty: bool, stdin: bool) -> Any:
         """A ``WSClient`` on ``argv`` in the pod's lab container (blocking; call in a thread)."""
+        own = kclient.ApiClient(self.client.configuration)  # stream() patches the client it gets
         try:
             return kstream(
-                self.core.connect_get_namespaced_pod_exec,
+                kclient.CoreV1Api(own).connect_get_namespaced_pod_exec,
                 pod,
                 self.namespace,
                 container=CONTAINER,
@@ -225,9 +246,20 @@ class KubeApi:
             )
         except ApiException as exc:
             text = str(exc.reason or exc)
-            if _status(exc) == 404 or "404" in text or "not found" in text.lower() or "not running" in text:
+            code = _handshake_status(exc)
+            if code == 404:
                 raise EnvironmentGone(log=text) from exc
-            raise  # status 0: no connection yet (nothing ran), retried by run()
+            if code in (401, 403):
+                raise EnvironmentGone(
+                    problems.message("exec-refused"), reason="exec-refused", log=text
+                ) from exc
+            if code is not None and 400 <= code < 500:  # answered: no host, container not running
+                raise EnvironmentGone(
+                    problems.message("not-running"), reason="not-running", log=text
+                ) from exc
+            raise  # no answer or a 5xx: nothing ran, retried by run()
+        finally:
+            own.close()  # its HTTP pool only: the WebSocket has a socket of its own
 
     def exec_blocking(
         self, pod: str, argv: Sequence[str], timeout: float, stdin: bytes | None = None
@@ -251,8 +283,8 @@ class KubeApi:
             out += ws.read_channel(1) or b""
             err += ws.read_channel(2) or b""
             code = None if still_open else _exit_code(ws.read_channel(3))
-        except WebSocketException as exc:
-            raise EnvironmentGone("Your environment stopped answering.", log=repr(exc)) from exc
+        except (WebSocketException, OSError) as exc:  # a reset is an OSError: never retried, it ran
+            raise EnvironmentGone(problems.message("cut"), reason="cut", log=repr(exc)) from exc
         finally:
             ws.close()
         elapsed = time.monotonic() - start
@@ -261,8 +293,21 @@ class KubeApi:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._streams.shutdown(wait=False, cancel_futures=True)
         if self._client is not None:
             self._client.close()
+
+
+def _handshake_status(exc: ApiException) -> int | None:
+    """The HTTP status the API server answered the exec handshake with (``websocket_call`` wraps
+    websocket-client's error in an ``ApiException`` of status 0), or None when it did not answer."""
+    if _status(exc):
+        return _status(exc)
+    code = getattr(exc.__context__, "status_code", None)
+    if isinstance(code, int):
+        return code
+    m = re.search(r"Handshake status (\d{3})", str(exc.reason or ""))
+    return int(m.group(1)) if m else None
 
 
 def _exit_code(raw: bytes | str) -> int | None:

@@ -163,21 +163,41 @@ class KubernetesBackend:
             await self._wait_gone(name)
             pod = None
         if pod is None:
-            pod = await self._claim_warm(spec, say)
-        if pod is None:
-            await self.api.ensure("pvc", km.make_pvc(spec, self.cfg, prefix=self.prefix))
-            pod = await self._make_pod(spec, card=km.wants_card(spec, self.cfg), say=say)
+            claim = await self._claim_of(spec.env_id)  # a stopped or evicted attendee's own files
+            if claim is None:
+                pod = await self._claim_warm(spec, say)
+            if pod is None:
+                if claim is None:
+                    claim = km.pvc_name(spec.env_id, self.prefix)
+                    await self.api.ensure("pvc", km.make_pvc(spec, self.cfg, prefix=self.prefix))
+                pod = await self._make_pod(spec, card=km.wants_card(spec, self.cfg), say=say, pvc=claim)
         pod = await self._wait_ready(pod, spec, say)
         ref = self._ref(pod)
         await self._seed(self._pod(ref), spec.labs, say)
         await say("ready", "Your environment is ready")
         return ref
 
+    async def _claim_of(self, env_id: str) -> str | None:
+        """The name of the environment's workspace claim if it has one: its own
+        (``<prefix>-ws-<env>``), or the warm pod's claim it took over (labelled with its env id)."""
+        own = km.pvc_name(env_id, self.prefix)
+        if await self.api.get("pvc", own) is not None:
+            return own
+        found = await self.api.find(
+            "pvc", km.selector(self.prefix, **{km.LABEL_ENV_NAME: km.label_value(env_id)})
+        )
+        names = [
+            p["metadata"]["name"]
+            for p in found
+            if (p["metadata"].get("annotations") or {}).get(km.ANNOTATION_ENV) == env_id
+        ]
+        return names[0] if names else None
+
     async def _make_pod(
-        self, spec: EnvSpec, *, card: bool, say: ProgressCallback, notice: str = ""
+        self, spec: EnvSpec, *, card: bool, say: ProgressCallback, pvc: str, notice: str = ""
     ) -> dict[str, Any]:
         await say("creating", "Creating your environment")
-        body = km.make_pod(spec, self.cfg, card=card, prefix=self.prefix, notice=notice)
+        body = km.make_pod(spec, self.cfg, card=card, pvc=pvc, prefix=self.prefix, notice=notice)
         try:
             return await self.api.create("pod", body)
         except Exists:
@@ -240,7 +260,8 @@ class KubernetesBackend:
             await self._wait_gone(name)
             notice = problems.message("cpu-fallback")
             await say("notice", notice)
-            current["pod"] = await self._make_pod(spec, card=False, say=say, notice=notice)
+            claim = self._ref(pod).data["pvc"] or km.pvc_name(spec.env_id, self.prefix)
+            current["pod"] = await self._make_pod(spec, card=False, say=say, pvc=claim, notice=notice)
             raise NotYet(name)
         if problem.reason == "no-card" and spec.device == "any" and holds_card:
             problem = problems.Problem("no-card", problem.detail)  # the operator turned fallback off
@@ -388,6 +409,14 @@ class KubernetesBackend:
                 if exc.status in (404, 409):
                     continue  # another claimer was first
                 raise
+            claim = self._ref(claimed).data["pvc"]
+            if claim:  # the claim follows its attendee through stop and eviction (_claim_of)
+                labels = {km.LABEL_ENV_NAME: km.label_value(spec.env_id)}
+                await self.api.patch(
+                    "pvc",
+                    claim,
+                    {"metadata": {"labels": labels, "annotations": {km.ANNOTATION_ENV: spec.env_id}}},
+                )
             await say("claimed", "A ready environment was waiting for you")
             return claimed
         return None
@@ -397,7 +426,7 @@ class KubernetesBackend:
         self, pod: str, argv: Sequence[str], timeout: float, *, stdin: bytes | None = None
     ) -> ExecResult:
         try:
-            return await self.api.run(self.api.exec_blocking, pod, list(argv), timeout, stdin)
+            return await self.api.run_stream(self.api.exec_blocking, pod, list(argv), timeout, stdin)
         except ApiDown as exc:
             raise EnvironmentGone(exc.message, reason="api-down", log=exc.log) from exc
 
@@ -481,25 +510,35 @@ class KubernetesBackend:
                 prefix=self.prefix,
             )
             await self.api.create("pod", pod)
-            timed_out = not await self._wait_done(name, timeout_s + grader.GRACE_S)
-            log_bytes = b"" if timed_out else await self.api.logs(name, "grader")
+            done = await self._wait_done(name, timeout_s + grader.GRACE_S)
+            log_bytes = b""
+            if done is not None:
+                try:
+                    log_bytes = await self.api.logs(name, "grader")
+                except ApiException as exc:  # the grader container never started (init failed)
+                    log.warning("grader pod %s: no log (%s): %s", name, exc.status, grader.ended(done))
         finally:
             await self.api.delete("pod", name)
             await self.api.delete("secret", name)
-        if timed_out:
+        if done is None:
             return {"valid": False, "timed_out": True, "why": "grader pod did not finish"}
+        if not log_bytes:
+            return {"valid": False, "timed_out": False, "why": f"grader pod failed: {grader.ended(done)}"}
         return grader.verify(log_bytes, key, job["nonce"])
 
-    async def _wait_done(self, name: str, within_s: float) -> bool:
-        async def done() -> None:
+    async def _wait_done(self, name: str, within_s: float) -> dict[str, Any] | None:
+        """The grader pod once it ended (Succeeded or Failed); None when it did not in time."""
+
+        async def done() -> dict[str, Any]:
             pod = await self.api.get("pod", name)
             if pod is None:
                 raise EnvironmentGone("The grader pod vanished.", reason="grader")
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 raise NotYet(name)
+            return pod
 
         try:
-            await backoff(
+            return await backoff(
                 done,
                 attempts=max(1, int(within_s / self.poll_s)),
                 first=self.poll_s,
@@ -507,8 +546,7 @@ class KubernetesBackend:
                 retry_on=(NotYet,),
             )
         except NotYet:
-            return False
-        return True
+            return None
 
     async def run_check(self, ref: EnvRef, request: CheckRequest) -> CheckRaw:
         source = await asyncio.to_thread(request.checker.read_bytes)
@@ -532,7 +570,7 @@ class KubernetesBackend:
             with contextlib.suppress(FileNotFoundError, PathRefused):
                 workdir = await self._resolve(ref, cwd)
         argv = ["env", "-C", workdir, "PS1=\\W$ ", "bash", "-l"]
-        ws = await self.api.run(self.api.open_stream, self._pod(ref), argv, tty=True, stdin=True)
+        ws = await self.api.run_stream(self.api.open_stream, self._pod(ref), argv, tty=True, stdin=True)
         term = KubeTerminal(ws)
         await term.resize(cols, rows)
         return term

@@ -225,6 +225,17 @@ def new_job(checker_name: str, timeout_s: float, log_limit: int) -> tuple[dict[s
     return job, secrets.token_bytes(32)
 
 
+def ended(pod: dict[str, Any]) -> str:
+    """How a finished grader pod's containers ended, for the log (``unpack exit 3, ...``)."""
+    status = pod.get("status") or {}
+    parts = []
+    for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        term = (c.get("state") or {}).get("terminated") or {}
+        if term:
+            parts.append(f"{c.get('name')} exit {term.get('exitCode')} {term.get('reason') or ''}".strip())
+    return ", ".join(parts) or f"phase {status.get('phase')} {status.get('reason') or ''}".strip()
+
+
 def verify(log: bytes, key: bytes, nonce: str) -> dict[str, Any]:
     """The record in a grader pod's log if its HMAC and nonce match, else an invalid record
     (``valid: False``, ``why``) that ``record_to_raw`` turns into a checker error."""
@@ -252,6 +263,7 @@ __all__ = [
     "READONLY_CHECKER",
     "bundle",
     "bundle_configmaps",
+    "ended",
     "make_grader_pod",
     "make_secret",
     "new_job",

@@ -15,6 +15,9 @@ phases.
 | ``crash`` | waiting: CrashLoopBackOff | the environment keeps crashing |
 | ``quota`` | the API answered 403 "exceeded quota" | the namespace's quota is used up |
 | ``api-down`` | the API server did not answer (after the backoff helper's retries) | the cluster does not answer, try again in a minute |
+| ``cut`` | the exec's connection broke after it opened (the command may have run: never retried) | the environment stopped answering; look before running it again |
+| ``not-running`` | the exec handshake answered 4xx (no host assigned, the container not running) | the environment is not running; start it again |
+| ``exec-refused`` | the exec handshake answered 401/403 (the server's role lacks ``pods/exec``) | the cluster refused; the instructor must fix the server's rights |
 """
 
 from __future__ import annotations
@@ -56,6 +59,18 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "api-down": (
         "The cluster does not answer right now. Try again in a minute.",
         "集群暂时没有响应。请一分钟后重试。",
+    ),
+    "cut": (
+        "Your environment stopped answering while the command ran (it may have run). Check its result before running it again.",
+        "命令运行期间您的环境停止了响应（命令可能已经执行）。请先确认结果，再决定是否重新运行。",
+    ),
+    "not-running": (
+        "Your environment is not running right now. Start it again (your files are kept), or ask the instructor.",
+        "您的环境当前没有运行。请重新启动（您的文件已保留），或联系讲师。",
+    ),
+    "exec-refused": (
+        "The cluster refused to open your environment's shell. The instructor must check the server's rights.",
+        "集群拒绝打开您环境的终端。请讲师检查服务器的权限。",
     ),
     "timeout": (
         "Your environment did not become ready in time. Try again, or ask the instructor.",

@@ -1,6 +1,7 @@
 """The Kubernetes backend's client code against an in-process fake API server (``fake_api.py``:
-no API server can run here). Exec, terminals, files and checks need a real cluster: the contract
-suite runs them there (``make test-kubernetes``)."""
+no API server can run here): lifecycle, failures, warm pool. Exec, terminals, files and grader pods
+against the fake's exec WebSocket: ``test_fake_api_exec.py`` and the contract suite
+(``kubernetes-fake_api``); on a real cluster: ``make test-kubernetes``."""
 
 from __future__ import annotations
 

@@ -79,6 +79,8 @@ def test_rbac_is_what_the_backend_calls_and_no_more() -> None:
     assert {r for _, r in granted} == {plural[k] for k in KINDS} | {"pods/exec", "pods/log", "events"}
     assert granted[("", "pods")] == {"get", "list", "create", "delete", "patch"}
     assert granted[("", "pods/exec")] == {"get", "create"}
+    assert granted[("", "persistentvolumeclaims")] == {"get", "list", "create", "delete", "patch"}
+    assert granted[("", "secrets")] == granted[("", "configmaps")] == {"get", "create", "delete"}
     assert granted[("networking.k8s.io", "networkpolicies")] == {"create"}
     assert all("*" not in verbs for verbs in granted.values())
     assert not [d for d in render("base") if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
