@@ -26,8 +26,9 @@ server RSS and CPU, database connections (PostgreSQL: ``pg_stat_activity`` of th
 open descriptors of the database file), and over time: joined, checks in flight, the deepest check
 queue position told to attendees (``check.queued``), environment starts waiting for admission. Then
 the issue's goals beside the figures. ``--profile FILE`` runs the server under pyinstrument and
-writes its HTML profile. Figures depend on the machine and on what else runs on it; nothing is
-asserted.
+writes its profile (HTML, text or speedscope JSON by the file's extension; the profiler keeps every
+sample in memory, so RSS is not comparable in a profiled run). Figures depend on the machine and on
+what else runs on it; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -223,6 +224,9 @@ class Rehearsal:
                 self.fig.statuses[run["status"]] += 1
                 if run["status"] != "passed":
                     self.fig.errors[f"check {run['status']}: {run['message'][:80]}"] += 1
+                self.fig.routes["(the checker process, as the server timed it)"].append(
+                    float(run["duration_s"])
+                )
                 finished = epoch(run.get("finished_at"))
                 if run.get("id") and finished is not None:
                     self.fig.finished_at[int(run["id"])] = finished
@@ -477,8 +481,11 @@ def start_server(
     ]
     uvicorn += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
     uvicorn += ["--timeout-graceful-shutdown", "3"]
+    renderer = {".txt": "text", ".json": "speedscope"}.get(Path(args.profile or "").suffix, "html")
     profiler = (
-        ["-m", "pyinstrument", "-r", "html", "-o", str(Path(args.profile).resolve())] if args.profile else []
+        ["-m", "pyinstrument", "-r", renderer, "-o", str(Path(args.profile).resolve())]
+        if args.profile
+        else []
     )
     log = open(root / "server.log", "wb")  # noqa: SIM115 (kept open for the server's life)
     proc = subprocess.Popen(
@@ -509,7 +516,10 @@ def main() -> None:
     ap.add_argument("--lab", default="getting-started")
     ap.add_argument("--step", default="write-file")
     ap.add_argument("--database-url", help="PostgreSQL server to make a fresh database on (default SQLite)")
-    ap.add_argument("--profile", help="write a pyinstrument HTML profile of the server to this file")
+    ap.add_argument(
+        "--profile",
+        help="write a pyinstrument profile of the server to this file (.html, .txt or .json: speedscope)",
+    )
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="labserver-rehearsal-"))

@@ -33,7 +33,7 @@ from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
 from labserver.services.fair_queue import CheckQueue
 from labserver.services.lifecycle import housekeeping
-from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders
+from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders, retry_orphaned_runs
 from labserver.services.warming import start_warming
 from labserver.terminals import TerminalHub
 
@@ -90,7 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         with Session(ctx.engine, expire_on_commit=False) as session:
-            finish_orphaned_runs(session)  # before any check can start (services/recovery.py)
+            orphaned = finish_orphaned_runs(session)  # before any check can start (services/recovery.py)
         try:
             await reap_leaked_graders(ctx.backend)
         except Exception:  # an engine outage must not stop the server from starting
@@ -102,6 +102,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     log.warning("%d environments have no database row", len(orphans))
             except BackendError as exc:
                 log.error("could not reconcile environments: %s (%s)", exc.message, exc.log)
+        if orphaned:  # pressed again once the environments are re-adopted
+            retry = asyncio.ensure_future(retry_orphaned_runs(ctx, orphaned))
+            ctx.background.add(retry)
+            retry.add_done_callback(ctx.background.discard)
         task = asyncio.ensure_future(housekeeping(ctx))
         start_warming(ctx)  # open events' pools fill now, not at the first housekeeping tick
         app.state.ready = True

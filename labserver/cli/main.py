@@ -14,6 +14,7 @@ import typer
 
 from labserver.cli import env as env_cli
 from labserver.cli import images as images_cli
+from labserver.cli import rehearse as rehearse_cli
 from labserver.cli import selfpaced as selfpaced_cli
 from labserver.config import Settings
 
@@ -24,6 +25,7 @@ db_app = typer.Typer(no_args_is_help=True, help="Database maintenance")
 app.add_typer(db_app, name="db")
 app.add_typer(images_cli.app, name="images")
 app.add_typer(env_cli.app, name="env")
+app.command("rehearse")(rehearse_cli.rehearse_command)
 
 
 def _settings(**overrides: object) -> Settings:
