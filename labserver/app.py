@@ -7,6 +7,7 @@ import asyncio
 import errno
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -38,6 +39,9 @@ from labserver.services.warming import start_warming
 from labserver.terminals import TerminalHub
 
 log = logging.getLogger(__name__)
+
+#: threads of the event loop's default executor (database steps, file operations, live reads)
+WORKER_THREADS = 32
 
 #: npm packages whose files the pages load, mounted under /vendor/<name>
 VENDOR = {
@@ -89,6 +93,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # every database step and file operation of the room runs in the loop's default executor
+        # (asyncio.to_thread): its default size, cores + 4, is 6 threads on a 2-core server
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="labserver")
+        )
         with Session(ctx.engine, expire_on_commit=False) as session:
             orphaned = finish_orphaned_runs(session)  # before any check can start (services/recovery.py)
         try:

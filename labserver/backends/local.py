@@ -640,16 +640,19 @@ class LocalBackend:
         truncated = False
 
         async def pump_result() -> None:
-            reader = await asyncio.to_thread(os.fdopen, read_fd, "rb", 0)
+            # read by the loop, not by a worker thread blocked in read() for the check's whole run:
+            # four running checks used to hold four of the loop's six default worker threads, and
+            # every database step and file operation of the room queued behind them (bench/rehearsal.py)
+            stream = asyncio.StreamReader()
+            transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", 0)
+            )
             try:
-                while True:
-                    chunk = await loop.run_in_executor(None, reader.read, 65536)
-                    if not chunk:
-                        return
+                while chunk := await stream.read(65536):
                     if len(result) < RESULT_LIMIT:
                         result.extend(chunk[: RESULT_LIMIT - len(result)])
             finally:
-                reader.close()
+                transport.close()
 
         async def pump_log() -> None:
             nonlocal truncated

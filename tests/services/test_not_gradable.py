@@ -26,8 +26,6 @@ from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.services import checking, room
 from labserver.services.events import create_event
-from labserver.services.not_gradable import PLATFORM_REASONS, is_platform_fault
-from labserver.services.recovery import finish_orphaned_runs, retry_orphaned_runs
 from tests.conftest import EVENT_CODE, instructor_headers, join, settle
 
 LAB = "/api/v1/labs/getting-started"
@@ -76,6 +74,8 @@ def _room(app: FastAPI, event_id: int) -> tuple[dict, list[dict], dict]:
 
 
 def test_the_table_of_platform_faults() -> None:
+    from labserver.services.not_gradable import PLATFORM_REASONS, is_platform_fault
+
     for reason in ("engine-down", "gone", "crashed", "grader-start", "restart", "sandbox"):
         assert is_platform_fault(BackendError("x", reason=reason)), reason
     for reason in ("lab-missing", "disk-full", "path", "too-big", "backend"):
@@ -218,6 +218,8 @@ def test_a_restart_mid_check_is_not_gradable_and_pressed_again_for_thirty(
 
 
 def test_finish_orphaned_runs_skips_what_is_not_running(app: FastAPI, event: Event) -> None:
+    from labserver.services.recovery import finish_orphaned_runs, retry_orphaned_runs
+
     with TestClient(app) as client:
         join(client, "Ada")
     ctx = app.state.ctx
