@@ -1,7 +1,7 @@
 """Load rehearsal (issue 22): one server on this machine, driven the way a room of browsers drives it.
 
     .venv/bin/python bench/rehearsal.py [--attendees 300] [--join-s 60] [--checks-per-s 10]
-        [--minutes 10] [--instructors 5] [--local 40] [--lab getting-started] [--step write-file]
+        [--minutes 10] [--instructors 5] [--local 40] [--check-slots N] [--lab getting-started] [--step write-file]
         [--database-url postgresql://...] [--profile out.html]
 
 N attendees join within T seconds; each, over the public interfaces only, joins (``POST
@@ -370,7 +370,7 @@ def latencies(fig: Figures) -> tuple[list[float], list[float]]:
 
 
 def report(args: argparse.Namespace, fig: Figures, wall: float, backend_note: str) -> dict[str, float]:
-    print(f"\n## rehearsal: {args.attendees} attendees joining in {args.join_s:.0f} s, ")
+    print(f"\n## rehearsal: {args.attendees} attendees joining in {args.join_s:.0f} s,")
     print(
         f"   {args.checks_per_s:g} checks/s for {args.minutes:g} min, {args.instructors} instructor dashboards"
     )
@@ -468,6 +468,8 @@ def start_server(
             "REHEARSAL_LOCAL": str(args.local),
         }
     )
+    if args.check_slots:
+        env["LABSERVER_CHECKS__MAX_CONCURRENT"] = str(args.check_slots)
     if db_url:
         sep = "&" if "?" in db_url else "?"
         env["LABSERVER_DATABASE_URL"] = f"{db_url}{sep}application_name={APP_NAME}"
@@ -513,6 +515,9 @@ def main() -> None:
     )
     ap.add_argument("--instructors", type=int, default=5)
     ap.add_argument("--local", type=int, default=40, help="attendees with a sandboxed local environment")
+    ap.add_argument(
+        "--check-slots", type=int, default=0, help="checks at once (default: the server's setting)"
+    )
     ap.add_argument("--lab", default="getting-started")
     ap.add_argument("--step", default="write-file")
     ap.add_argument("--database-url", help="PostgreSQL server to make a fresh database on (default SQLite)")
@@ -534,7 +539,7 @@ def main() -> None:
         local = min(args.local, args.attendees)
         note = (
             f"backend local+light: {local} local (sandboxed) + {args.attendees - local} light environments, "
-            f"database {'PostgreSQL' if db_url else 'SQLite'}"
+            f"database {'PostgreSQL' if db_url else 'SQLite'}, check slots {args.check_slots or 'default (4)'}"
         )
         print(f"# {note}; server {base} (log {root / 'server.log'})", flush=True)
         rehearsal_db = DbCounter(stat, f"{args.database_url.rpartition('/')[0]}/postgres" if db_url else None)
