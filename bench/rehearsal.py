@@ -482,7 +482,7 @@ def start_server(
         str(REPO / "bench"),
     ]
     uvicorn += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
-    uvicorn += ["--timeout-graceful-shutdown", "3"]
+    uvicorn += ["--timeout-graceful-shutdown", "3", "--loop", args.loop]  # `labserver serve` runs asyncio
     renderer = {".txt": "text", ".json": "speedscope"}.get(Path(args.profile or "").suffix, "html")
     profiler = (
         ["-m", "pyinstrument", "-r", renderer, "-o", str(Path(args.profile).resolve())]
@@ -518,6 +518,9 @@ def main() -> None:
     ap.add_argument(
         "--check-slots", type=int, default=0, help="checks at once (default: the server's setting)"
     )
+    ap.add_argument(
+        "--loop", choices=["asyncio", "uvloop"], default="asyncio", help="the server's event loop"
+    )
     ap.add_argument("--lab", default="getting-started")
     ap.add_argument("--step", default="write-file")
     ap.add_argument("--database-url", help="PostgreSQL server to make a fresh database on (default SQLite)")
@@ -539,7 +542,8 @@ def main() -> None:
         local = min(args.local, args.attendees)
         note = (
             f"backend local+light: {local} local (sandboxed) + {args.attendees - local} light environments, "
-            f"database {'PostgreSQL' if db_url else 'SQLite'}, check slots {args.check_slots or 'default (4)'}"
+            f"database {'PostgreSQL' if db_url else 'SQLite'}, check slots {args.check_slots or 'default (4)'}, "
+            f"{args.loop} loop"
         )
         print(f"# {note}; server {base} (log {root / 'server.log'})", flush=True)
         rehearsal_db = DbCounter(stat, f"{args.database_url.rpartition('/')[0]}/postgres" if db_url else None)

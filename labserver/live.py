@@ -72,11 +72,13 @@ class Subscription:
         attendee_id: int | None,
         maxsize: int,
         kinds: frozenset[Kind] | None = None,
+        on_queued: Callable[[LiveEvent], None] | None = None,
     ) -> None:
         self.hub = hub
         self.event_id = event_id
         self.attendee_id = attendee_id  # None = everything in the event (instructor)
         self.kinds = kinds  # None = every kind; ``resync`` comes anyway
+        self.on_queued = on_queued  # called in the reading loop as an event is queued
         self.queue: asyncio.Queue[LiveEvent] = asyncio.Queue(maxsize)
         self.overflowed = False
         try:  # the loop that reads (None: a subscriber outside any loop, read by polling)
@@ -108,6 +110,8 @@ class Subscription:
             return
         try:
             self.queue.put_nowait(ev)
+            if self.on_queued is not None and self._loop is not None:
+                self.on_queued(ev)
         except asyncio.QueueFull:
             self.overflowed = True
             while not self.queue.empty():
@@ -145,25 +149,36 @@ class LiveHub:
         holding up the loop, once per event rather than once per stream). A caller that goes away
         while waiting does not cancel it for the others; the results of the last ``keep`` events
         are kept, then dropped. ``fn`` must not depend on who asks."""
+        return await asyncio.shield(self.start_once(ev, fn))  # type: ignore[no-any-return]
+
+    def start_once(self, ev: LiveEvent, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """:meth:`once`'s job for ``ev``, started now if it is not yet (call in the running loop):
+        a stream starts it the moment the event is queued for it (``on_queued``), so the reads of
+        many events run side by side instead of one after another as the stream gets to each."""
         loop = asyncio.get_running_loop()
         job = self._once.get(ev.seq)
-        if job is None or job[0] is not loop:
-            self.computed += 1
-            future: asyncio.Future[Any] = asyncio.ensure_future(asyncio.to_thread(fn))
-            self._once[ev.seq] = (loop, future)
-            while len(self._once) > self.keep:
-                self._once.popitem(last=False)
-        else:
-            future = job[1]
-        return await asyncio.shield(future)  # type: ignore[no-any-return]
+        if job is not None and job[0] is loop:
+            return job[1]
+        self.computed += 1
+        future: asyncio.Future[Any] = asyncio.ensure_future(asyncio.to_thread(fn))
+        self._once[ev.seq] = (loop, future)
+        while len(self._once) > self.keep:
+            self._once.popitem(last=False)
+        return future
 
     def subscribe(
-        self, event_id: int, attendee_id: int | None = None, *, kinds: frozenset[Kind] | None = None
+        self,
+        event_id: int,
+        attendee_id: int | None = None,
+        *,
+        kinds: frozenset[Kind] | None = None,
+        on_queued: Callable[[LiveEvent], None] | None = None,
     ) -> Subscription:
         """A subscription to one event: one attendee's events plus the event-wide ones, or (``None``)
         everything of the event; only ``kinds`` when given (an instructor stream leaves out what it
-        never shows, so a room's queue positions cannot fill its queue)."""
-        sub = Subscription(self, event_id, attendee_id, self.maxsize, kinds)
+        never shows, so a room's queue positions cannot fill its queue). ``on_queued(ev)`` runs in
+        the subscriber's loop as each event is queued (a stream starts its render's work early)."""
+        sub = Subscription(self, event_id, attendee_id, self.maxsize, kinds, on_queued)
         self._subs.add(sub)
         self._index.setdefault((event_id, attendee_id), set()).add(sub)
         return sub

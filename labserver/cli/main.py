@@ -84,7 +84,12 @@ def serve(
             f"  UNAVAILABLE lab {broken.id}: {broken.problems[0] if broken.problems else ''}", err=True
         )
     typer.echo("")
-    uvicorn.run(application, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+    # the asyncio loop, not uvloop: uvloop forks the whole server for every checker process (80 ms
+    # of a 300 MB server, the loop stopped meanwhile), asyncio spawns with vfork (well under 1 ms);
+    # at 10 checks/s uvloop's forks held every stream of the room (bench/rehearsal.py)
+    uvicorn.run(
+        application, host=host, port=port, log_level="info", timeout_graceful_shutdown=3, loop="asyncio"
+    )
 
 
 @app.command()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from labserver.live import Kind, LiveEvent, Subscription
@@ -57,6 +57,17 @@ GRID_KINDS = frozenset(
 def _columns(ctx: AppContext, event: Event) -> dict[tuple[str, str], int]:
     keys = [(lab_id, s.id) for lab_id in event_labs(ctx, event) for s in ctx.catalog.labs[lab_id].steps]
     return {k: i for i, k in enumerate(keys)}
+
+
+def prefetch(ctx: AppContext, event: Event) -> Callable[[LiveEvent], None]:
+    """The ``on_queued`` of an instructor subscription: a cell event's read starts the moment it is
+    queued (once for all dashboards), not when the stream gets to it behind the events before."""
+
+    def start(ev: LiveEvent) -> None:
+        if ev.kind in CELL_KINDS and ev.attendee_id is not None:
+            ctx.live.start_once(ev, functools.partial(read_cell, ctx, event, ev))
+
+    return start
 
 
 async def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[str, Any]] | None:
