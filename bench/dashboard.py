@@ -26,12 +26,10 @@ import argparse
 import asyncio
 import contextlib
 import gzip
-import json
 import os
 import random
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,9 +38,9 @@ import time
 from pathlib import Path
 
 import httpx
+from clients import REPO, free_port, sse_events, wait_healthy
 from sqlmodel import Session
 
-REPO = Path(__file__).resolve().parent.parent
 TOKEN = "bench-instructor-token"
 
 
@@ -171,12 +169,6 @@ async def grid_figures(app, event_id: int, repeats: int) -> None:  # type: ignor
             )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Streams:
     def __init__(self) -> None:
         self.ready = 0
@@ -185,23 +177,16 @@ class Streams:
         self.finished_at: dict[int, float] = {}  # run id -> finished_at (epoch s)
 
     async def follow(self, client: httpx.AsyncClient, url: str, headers: dict[str, str], role: str) -> None:
-        async with client.stream("GET", url, headers=headers) as resp:
-            kind = ""
-            async for line in resp.aiter_lines():
-                if line.startswith("event:"):
-                    kind = line[6:].strip()
-                elif line.startswith("data:"):
-                    now = time.time()
-                    if kind == "ready":
-                        self.ready += 1
-                        continue
-                    data = json.loads(line[5:])
-                    if role == "attendee" and kind == "check.finished":
-                        self.attendee_recv[int(data["run_id"])] = now
-                    elif role == "instructor" and kind == "cell" and data.get("run"):
-                        self.instructor_recv.append((int(data["run"]), now))
-                        if data.get("at"):
-                            self.finished_at[int(data["run"])] = float(data["at"])
+        async for kind, data in sse_events(client, url, headers):
+            now = time.time()
+            if kind == "ready":
+                self.ready += 1
+            elif role == "attendee" and kind == "check.finished":
+                self.attendee_recv[int(data["run_id"])] = now
+            elif role == "instructor" and kind == "cell" and data.get("run"):
+                self.instructor_recv.append((int(data["run"]), now))
+                if data.get("at"):
+                    self.finished_at[int(data["run"])] = float(data["at"])
 
 
 async def sse_figures(
@@ -412,14 +397,7 @@ def main() -> None:
             cwd=root,
         )
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.1)
+        wait_healthy(proc, url, timeout_s=60)
         asyncio.run(sse_figures(url, event_id, tokens, labs[0], args.instructors, args.checks))
         if not args.no_browser:
             print(f"\n== the dashboard in Chromium at {args.attendees} x {5 * args.labs} ==")

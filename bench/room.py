@@ -22,10 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,10 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import websockets
 import websockets.exceptions
+from clients import (
+    Refused,
+    echo,
+    free_port,
+    join,
+    open_terminal,
+    pct,
+    read_metrics,
+    sse_events,
+    wait_healthy,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 TOKEN = "room-bench-instructor"
 CODE = "ROOMBENCH"
 PREFIX = f"lsroom{os.getpid()}"  # of this run only: another bench may share the engine
@@ -57,34 +64,18 @@ class Attendee:
         self.marks.setdefault(phase, time.monotonic() - self.t0)
 
 
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, max(0, round(q / 100 * (len(values) - 1))))]
-
-
 async def follow_stream(client: httpx.AsyncClient, who: Attendee, stop: asyncio.Event) -> None:
     """Reads the attendee's SSE stream and marks each environment phase when it is first seen."""
     try:
-        async with client.stream("GET", "/api/v1/stream", timeout=None) as resp:
-            if resp.status_code != 200:
-                who.failure = who.failure or f"stream HTTP {resp.status_code}"
+        async for kind, data in sse_events(client, "/api/v1/stream"):
+            if stop.is_set():
                 return
-            who.mark("stream open")
-            kind = ""
-            async for line in resp.aiter_lines():
-                if stop.is_set():
-                    return
-                if line.startswith("event:"):
-                    kind = line.split(":", 1)[1].strip()
-                elif line.startswith("data:") and kind.startswith("env."):
-                    try:
-                        data = json.loads(line.split(":", 1)[1])
-                    except ValueError:
-                        continue
-                    phase = data.get("phase") or data.get("state") or kind
-                    who.mark(f"env {phase}")
+            if kind == "ready":
+                who.mark("stream open")
+            elif kind.startswith("env."):
+                who.mark(f"env {data.get('phase') or data.get('state') or kind}")
+    except Refused as exc:
+        who.failure = who.failure or exc.kind
     except (httpx.HTTPError, asyncio.CancelledError):
         return
 
@@ -95,12 +86,7 @@ async def one_attendee(base: str, code: str, lab: str, who: Attendee) -> None:
     limits = httpx.Limits(max_connections=4)
     async with httpx.AsyncClient(base_url=base, timeout=TIMEOUT_S, limits=limits) as client:
         try:
-            resp = await client.post("/api/v1/join", json={"event_code": code, "name": who.name})
-            if resp.status_code != 200:
-                who.failure = f"join HTTP {resp.status_code}"
-                return
-            token = resp.json()["token"]
-            client.headers["Authorization"] = f"Bearer {token}"
+            token = await join(client, code, who.name)
             who.mark("joined")
             stream = asyncio.ensure_future(follow_stream(client, who, stop))
             page = await client.get(f"/labs/{lab}", cookies={"labserver_token": token})
@@ -108,30 +94,17 @@ async def one_attendee(base: str, code: str, lab: str, who: Attendee) -> None:
                 who.failure = f"lab page HTTP {page.status_code}"
                 return
             who.mark("lab page")
-            ws_url = base.replace("http", "ws", 1) + f"/api/v1/labs/{lab}/terminal"
-            async with websockets.connect(
-                ws_url,
-                additional_headers={"Authorization": f"Bearer {token}"},
-                open_timeout=TIMEOUT_S,
-                max_size=None,
-            ) as ws:
+            async with await open_terminal(base, lab, token, timeout_s=TIMEOUT_S) as ws:
                 who.mark("terminal open")
-                marker = f"room-{uuid.uuid4().hex[:6]}"
-                await ws.send(f"echo {marker}-$((6*7))\r".encode())
-                seen = b""
-                deadline = time.monotonic() + TIMEOUT_S
-                while f"{marker}-42".encode() not in seen:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        who.failure = "echo timeout"
-                        return
-                    msg = await asyncio.wait_for(ws.recv(), left)
-                    if isinstance(msg, bytes):
-                        if not seen:
-                            who.mark("first output")
-                        seen += msg
+                try:
+                    await echo(ws, timeout_s=TIMEOUT_S, on_first_output=lambda: who.mark("first output"))
+                except TimeoutError:
+                    who.failure = "echo timeout"
+                    return
                 who.mark("usable")
             stream.cancel()
+        except Refused as exc:
+            who.failure = exc.kind
         except TimeoutError:
             who.failure = who.failure or "timeout"
         except websockets.exceptions.InvalidStatus as exc:
@@ -170,15 +143,9 @@ def report(label: str, people: list[Attendee], wall: float) -> None:
 def pool_waits(base: str) -> str:
     """The server's own figures from ``/metrics``: database pool checkout waits (count, mean, how
     many waited over 0.1 s, timeouts) and environment start time by phase (queue, create)."""
-    try:
-        text = httpx.get(f"{base}/metrics", timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}).text
-    except httpx.HTTPError:
+    values = read_metrics(base, TOKEN)
+    if not values:
         return "n/a (no /metrics)"
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
     count = values.get("labserver_db_pool_wait_seconds_count")
     if count is None:
         return "n/a (the server exposes no labserver_db_pool_wait_seconds)"
@@ -194,12 +161,6 @@ def pool_waits(base: str) -> str:
             mean = values.get(f'labserver_env_start_seconds_sum{{phase="{phase}"}}', 0.0) / n
             out.append(f"env {phase}: {n:.0f} x mean {mean:.2f} s")
     return "; ".join(out)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(args: argparse.Namespace, data: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -223,16 +184,8 @@ def start_server(args: argparse.Namespace, data: Path) -> tuple[subprocess.Popen
         [exe, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited; see {data.parent / 'server.log'}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("the server did not answer /healthz within 120 s")
+    wait_healthy(proc, base, log=str(data.parent / "server.log"))
+    return proc, base
 
 
 def remove_containers() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import errno
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -33,11 +34,14 @@ from labserver.services.context import AppContext
 from labserver.services.environments import reconcile
 from labserver.services.fair_queue import CheckQueue
 from labserver.services.lifecycle import housekeeping
-from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders
+from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders, retry_orphaned_runs
 from labserver.services.warming import start_warming
 from labserver.terminals import TerminalHub
 
 log = logging.getLogger(__name__)
+
+#: threads of the event loop's default executor (database steps, file operations, live reads)
+WORKER_THREADS = 32
 
 #: npm packages whose files the pages load, mounted under /vendor/<name>
 VENDOR = {
@@ -90,8 +94,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # every database step and file operation of the room runs in the loop's default executor
+        # (asyncio.to_thread): its default size, cores + 4, is 6 threads on a 2-core server
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="labserver")
+        )
         with Session(ctx.engine, expire_on_commit=False) as session:
-            finish_orphaned_runs(session)  # before any check can start (services/recovery.py)
+            orphaned = finish_orphaned_runs(session)  # before any check can start (services/recovery.py)
         try:
             await reap_leaked_graders(ctx.backend)
         except Exception:  # an engine outage must not stop the server from starting
@@ -103,6 +112,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     log.warning("%d environments have no database row", len(orphans))
             except BackendError as exc:
                 log.error("could not reconcile environments: %s (%s)", exc.message, exc.log)
+        if orphaned:  # pressed again once the environments are re-adopted
+            retry = asyncio.ensure_future(retry_orphaned_runs(ctx, orphaned))
+            ctx.background.add(retry)
+            retry.add_done_callback(ctx.background.discard)
         task = asyncio.ensure_future(housekeeping(ctx))
         start_warming(ctx)  # open events' pools fill now, not at the first housekeeping tick
         app.state.ready = True

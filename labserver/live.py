@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import inspect
 import itertools
 import json
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Kind(enum.StrEnum):
@@ -61,10 +65,20 @@ class LiveEvent:
 
 
 class Subscription:
-    def __init__(self, hub: LiveHub, event_id: int, attendee_id: int | None, maxsize: int) -> None:
+    def __init__(
+        self,
+        hub: LiveHub,
+        event_id: int,
+        attendee_id: int | None,
+        maxsize: int,
+        kinds: frozenset[Kind] | None = None,
+        on_queued: Callable[[LiveEvent], None] | None = None,
+    ) -> None:
         self.hub = hub
         self.event_id = event_id
         self.attendee_id = attendee_id  # None = everything in the event (instructor)
+        self.kinds = kinds  # None = every kind; ``resync`` comes anyway
+        self.on_queued = on_queued  # called in the reading loop as an event is queued
         self.queue: asyncio.Queue[LiveEvent] = asyncio.Queue(maxsize)
         self.overflowed = False
         try:  # the loop that reads (None: a subscriber outside any loop, read by polling)
@@ -87,6 +101,8 @@ class Subscription:
     def wants(self, ev: LiveEvent) -> bool:
         if ev.event_id != self.event_id:
             return False
+        if self.kinds is not None and ev.kind not in self.kinds:
+            return False
         return self.attendee_id is None or ev.attendee_id in (None, self.attendee_id)
 
     def offer(self, ev: LiveEvent) -> None:
@@ -94,6 +110,8 @@ class Subscription:
             return
         try:
             self.queue.put_nowait(ev)
+            if self.on_queued is not None and self._loop is not None:
+                self.on_queued(ev)
         except asyncio.QueueFull:
             self.overflowed = True
             while not self.queue.empty():
@@ -107,26 +125,83 @@ class Subscription:
         return ev
 
     def close(self) -> None:
-        self.hub._subs.discard(self)
+        self.hub.unsubscribe(self)
 
 
 class LiveHub:
-    def __init__(self, maxsize: int = 1000) -> None:
+    """Subscriptions are indexed by (event, attendee): publishing an attendee's event touches that
+    attendee's subscriptions and the event's instructors' only, not the whole room (the fair queue
+    tells every waiting check its new place each time one starts: at 300 streams a scan of all of
+    them per event held the loop for seconds, bench/rehearsal.py)."""
+
+    def __init__(self, maxsize: int = 1000, keep: int = 256) -> None:
         self._subs: set[Subscription] = set()
+        self._index: dict[tuple[int, int | None], set[Subscription]] = {}
         self._seq = itertools.count(1)
         self.maxsize = maxsize
+        self.keep = keep
+        self.computed = 0  # calls of ``once``'s functions (tests: one per event, not one per stream)
+        self._once: OrderedDict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = OrderedDict()
 
-    def subscribe(self, event_id: int, attendee_id: int | None = None) -> Subscription:
-        sub = Subscription(self, event_id, attendee_id, self.maxsize)
+    async def once(self, ev: LiveEvent, fn: Callable[[], T]) -> T:
+        """``fn()`` for ``ev``, computed once for every subscriber that asks: the first caller runs it
+        in a worker thread, the others await the same result (so ``fn`` may read the database without
+        holding up the loop, once per event rather than once per stream). A caller that goes away
+        while waiting does not cancel it for the others; the results of the last ``keep`` events
+        are kept, then dropped. ``fn`` must not depend on who asks."""
+        return await asyncio.shield(self.start_once(ev, fn))  # type: ignore[no-any-return]
+
+    def start_once(self, ev: LiveEvent, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """:meth:`once`'s job for ``ev``, started now if it is not yet (call in the running loop):
+        a stream starts it the moment the event is queued for it (``on_queued``), so the reads of
+        many events run side by side instead of one after another as the stream gets to each."""
+        loop = asyncio.get_running_loop()
+        job = self._once.get(ev.seq)
+        if job is not None and job[0] is loop:
+            return job[1]
+        self.computed += 1
+        future: asyncio.Future[Any] = asyncio.ensure_future(asyncio.to_thread(fn))
+        self._once[ev.seq] = (loop, future)
+        while len(self._once) > self.keep:
+            self._once.popitem(last=False)
+        return future
+
+    def subscribe(
+        self,
+        event_id: int,
+        attendee_id: int | None = None,
+        *,
+        kinds: frozenset[Kind] | None = None,
+        on_queued: Callable[[LiveEvent], None] | None = None,
+    ) -> Subscription:
+        """A subscription to one event: one attendee's events plus the event-wide ones, or (``None``)
+        everything of the event; only ``kinds`` when given (an instructor stream leaves out what it
+        never shows, so a room's queue positions cannot fill its queue). ``on_queued(ev)`` runs in
+        the subscriber's loop as each event is queued (a stream starts its render's work early)."""
+        sub = Subscription(self, event_id, attendee_id, self.maxsize, kinds, on_queued)
         self._subs.add(sub)
+        self._index.setdefault((event_id, attendee_id), set()).add(sub)
         return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self._subs.discard(sub)
+        key = (sub.event_id, sub.attendee_id)
+        subs = self._index.get(key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._index[key]
 
     def publish(self, kind: Kind, event_id: int, attendee_id: int | None = None, **data: Any) -> LiveEvent:
         """Deliver one event to every subscriber that wants it; call only after the commit of the
         change it describes. ``kind`` must be a :class:`Kind` (a plain string is accepted only when
         it names one; anything else raises ``ValueError``)."""
         ev = LiveEvent(Kind(kind), event_id, attendee_id, data, next(self._seq))
-        for sub in list(self._subs):
+        if attendee_id is None:  # event-wide (announcements, pace: rare): every subscription of the event
+            targets: list[Subscription] = list(self._subs)
+        else:
+            targets = [*self._index.get((event_id, attendee_id), ()), *self._index.get((event_id, None), ())]
+        for sub in targets:
             if sub.wants(ev):
                 sub.deliver(ev)
         return ev
@@ -141,12 +216,12 @@ class LiveHub:
         *,
         keepalive_s: float = 15.0,
         ready: dict[str, Any] | None = None,
-        render: Callable[[LiveEvent], dict[str, str] | None] | None = None,
+        render: Callable[[LiveEvent], dict[str, str] | None | Awaitable[dict[str, str] | None]] | None = None,
     ) -> AsyncIterator[dict[str, str]]:
         """SSE dicts for ``sub``: first a ``ready`` event (the subscription is live; ``ready`` adds to
         its payload), then events, with a comment keepalive when idle. ``render`` turns an event into
-        an SSE dict, or None to send nothing (default: :meth:`LiveEvent.sse`). Unsubscribes when the
-        client goes away."""
+        an SSE dict, or None to send nothing (default: :meth:`LiveEvent.sse`); it may be async (it
+        must then never block the loop: see :meth:`once`). Unsubscribes when the client goes away."""
         try:
             yield {"event": "ready", "data": json.dumps({"kind": "ready", **(ready or {})})}
             while True:
@@ -156,6 +231,8 @@ class LiveHub:
                     yield {"comment": "keepalive"}
                     continue
                 out = render(ev) if render else ev.sse()
+                if inspect.isawaitable(out):
+                    out = await out
                 if out is not None:
                     yield out
         finally:

@@ -94,6 +94,11 @@ class CheckStatus(enum.StrEnum):
     timeout = "timeout"
     interrupted = "interrupted"  # the server restarted mid-check: not an attempt (services/recovery.py)
     imported = "imported"  # from a progress file this server cannot vouch for (services/progress_io.py)
+    not_gradable = "not_gradable"  # the platform could not run it: not an attempt (services/not_gradable.py)
+
+
+#: runs that are no attempt: not counted in the grid, the export or the stuck detector
+NOT_ATTEMPTS = (CheckStatus.running, CheckStatus.interrupted, CheckStatus.not_gradable)
 
 
 class CheckRun(SQLModel, table=True):

@@ -334,7 +334,7 @@ class CheckRunPublic(_Out):
     id: int | None
     lab: str
     step: str
-    status: str  # running | passed | failed | error | timeout | interrupted (server restarted) | imported
+    status: str  # running | passed | failed | error | timeout | not_gradable (the platform's fault) | interrupted | imported
     message: str
     hints: list[str]
     metrics: dict[str, Any]

@@ -640,16 +640,32 @@ class LocalBackend:
         truncated = False
 
         async def pump_result() -> None:
-            reader = await asyncio.to_thread(os.fdopen, read_fd, "rb", 0)
+            # read by the loop, not by a worker thread blocked in read() for the check's whole run:
+            # four running checks used to hold four of the loop's six default worker threads, and
+            # every database step and file operation of the room queued behind them
+            # (bench/rehearsal.py). The descriptor is ours alone and closed once, here (a pipe
+            # transport would close it too, and under uvloop the file object a second time).
+            os.set_blocking(read_fd, False)
+            eof: asyncio.Future[None] = loop.create_future()
+
+            def readable() -> None:
+                try:
+                    chunk = os.read(read_fd, 65536)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    chunk = b""
+                if chunk and len(result) < RESULT_LIMIT:
+                    result.extend(chunk[: RESULT_LIMIT - len(result)])
+                if not chunk and not eof.done():
+                    eof.set_result(None)
+
+            loop.add_reader(read_fd, readable)
             try:
-                while True:
-                    chunk = await loop.run_in_executor(None, reader.read, 65536)
-                    if not chunk:
-                        return
-                    if len(result) < RESULT_LIMIT:
-                        result.extend(chunk[: RESULT_LIMIT - len(result)])
+                await eof
             finally:
-                reader.close()
+                loop.remove_reader(read_fd)
+                os.close(read_fd)
 
         async def pump_log() -> None:
             nonlocal truncated

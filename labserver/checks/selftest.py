@@ -120,6 +120,17 @@ async def _solve(backend: Backend, ref: EnvRef, lab: Lab, step: Step) -> Verdict
     return None if failure is None else Verdict(CheckStatus.error, f"solve command {failure}")
 
 
+async def solution_step(
+    backend: Backend, ref: EnvRef, lab: Lab, step: Step, settings: Settings
+) -> tuple[Verdict, str, float]:
+    """With the solution overlaid: the step's ``solve`` command, then its check; (verdict, log, the
+    check's wall time). A failing ``solve`` is the verdict (error), with no check run."""
+    failed_solve = await _solve(backend, ref, lab, step)
+    if failed_solve is not None:
+        return failed_solve, "", 0.0
+    return await _check(backend, ref, lab, step, settings)
+
+
 async def _bash(backend: Backend, ref: EnvRef, lab: Lab, script: str, timeout: float = 300) -> str | None:
     """Run ``script`` in the lab folder; None when it succeeded, else what it said (its tail)."""
     res = await backend.exec(ref, ["bash", "-c", script], cwd=lab.id, timeout=timeout)
@@ -249,11 +260,7 @@ async def run_selftest(
             record(StepResult(step.id, "starter", CheckStatus.failed, verdict, log, seconds=seconds))
         await overlay(backend, ref, solution or lab.solution, lab.id)
         for step in lab.steps:
-            failed_solve = await _solve(backend, ref, lab, step)
-            if failed_solve is not None:
-                record(StepResult(step.id, "solution", CheckStatus.passed, failed_solve))
-                continue
-            verdict, log, seconds = await _check(backend, ref, lab, step, base)
+            verdict, log, seconds = await solution_step(backend, ref, lab, step, base)
             record(StepResult(step.id, "solution", CheckStatus.passed, verdict, log, seconds=seconds))
         if mutants and report.ok:
             await _run_mutants(backend, ref, lab, base, record)

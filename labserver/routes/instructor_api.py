@@ -19,7 +19,7 @@ from labserver.content import Lab, Step
 from labserver.i18n import pick_lang
 from labserver.models import Attendee, Environment, Event
 from labserver.routes.deps import Ctx, DbId, DbIdQuery, Instructor, SessionDep, current_instructor
-from labserver.routes.instructor_stream import instructor_stream
+from labserver.routes.instructor_stream import GRID_KINDS, instructor_stream, prefetch
 from labserver.schemas import (
     SSE,
     AnnouncementPublic,
@@ -253,7 +253,7 @@ async def stream(event_id: DbId, ctx: Ctx) -> EventSourceResponse:
     No request-scoped session here: it would hold a pooled connection for the stream's lifetime."""
     with Session(ctx.engine, expire_on_commit=False) as session:
         event = get_event(session, event_id)
-    sub = ctx.live.subscribe(event_id)
+    sub = ctx.live.subscribe(event_id, kinds=GRID_KINDS, on_queued=prefetch(ctx, event))
     return EventSourceResponse(instructor_stream(ctx, event, sub), ping=15)
 
 

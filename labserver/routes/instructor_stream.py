@@ -12,21 +12,24 @@ SSE events (``data`` is JSON):
 - ``help``: the ``help.*`` event (the page reloads the small queue);
 - ``announcement``, ``pace``, ``event.status``, ``solution.revealed``, ``lab.reset``: passed through;
 - ``resync``: the stream fell behind; reload the grid.
+
+A cell is read from the database once per live event for all the dashboards that stream it, in a
+worker thread (``LiveHub.once`` + ``services/grid_deltas.read_cell``): a render never blocks the
+loop every attendee stream of the room is served from.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from sqlmodel import Session
-
 from labserver.live import Kind, LiveEvent, Subscription
-from labserver.models import CheckRun, Event
-from labserver.services import room
+from labserver.models import Event
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs
+from labserver.services.grid_deltas import CELL_KINDS, read_cell
 
 PASS_THROUGH = {
     Kind.announcement,
@@ -38,6 +41,17 @@ PASS_THROUGH = {
 }
 #: the names of this stream's own SSE events (besides ``ready`` and the pass-through kinds)
 GRID_EVENTS = ("cell", "run", "env", "help")
+#: the live kinds this stream shows: its subscription takes only these (a room's ``check.queued``
+#: and ``env.queue`` positions, hundreds a second, would otherwise fill its queue into a resync)
+GRID_KINDS = frozenset(
+    {
+        *CELL_KINDS,
+        Kind.check_started,
+        Kind.env_state,
+        *(k for k in Kind if k.startswith("help.")),
+        *PASS_THROUGH,
+    }
+)
 
 
 def _columns(ctx: AppContext, event: Event) -> dict[tuple[str, str], int]:
@@ -45,22 +59,23 @@ def _columns(ctx: AppContext, event: Event) -> dict[tuple[str, str], int]:
     return {k: i for i, k in enumerate(keys)}
 
 
-def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[str, Any]] | None:
+def prefetch(ctx: AppContext, event: Event) -> Callable[[LiveEvent], None]:
+    """The ``on_queued`` of an instructor subscription: a cell event's read starts the moment it is
+    queued (once for all dashboards), not when the stream gets to it behind the events before."""
+
+    def start(ev: LiveEvent) -> None:
+        if ev.kind in CELL_KINDS and ev.attendee_id is not None:
+            ctx.live.start_once(ev, functools.partial(read_cell, ctx, event, ev))
+
+    return start
+
+
+async def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[str, Any]] | None:
     """(sse event name, payload) for one live event, or None when the grid page does not care."""
     data = ev.data
-    if ev.kind in (Kind.check_finished, Kind.step_opened) and ev.attendee_id is not None:
-        key = (str(data.get("lab")), str(data.get("step")))
-        with Session(ctx.engine, expire_on_commit=False) as session:
-            facts = room.load_facts(ctx, session, event, attendee_id=ev.attendee_id)
-            cells = room.attendee_cells(facts, ev.attendee_id, [key])
-            at = None
-            if ev.kind == Kind.check_finished and data.get("run_id"):
-                run = session.get(CheckRun, data["run_id"])
-                if run is not None and run.finished_at is not None:
-                    at = room.aware(run.finished_at).timestamp()
-        if not cells:
-            return None
-        return "cell", {"cell": cells[0], "run": data.get("run_id"), "at": at, "status": data.get("status")}
+    if ev.kind in CELL_KINDS and ev.attendee_id is not None:
+        cell = await ctx.live.once(ev, functools.partial(read_cell, ctx, event, ev))
+        return None if cell is None else ("cell", cell)
     if ev.kind == Kind.check_started and ev.attendee_id is not None:
         column = _columns(ctx, event).get((str(data.get("lab")), str(data.get("step"))))
         return None if column is None else ("run", {"a": ev.attendee_id, "c": column})
@@ -78,8 +93,8 @@ def instructor_stream(
 ) -> AsyncIterator[dict[str, str]]:
     """The hub's stream with events translated to compact grid deltas."""
 
-    def render(ev: LiveEvent) -> dict[str, str] | None:
-        out = translate(ctx, event, ev)
+    async def render(ev: LiveEvent) -> dict[str, str] | None:
+        out = await translate(ctx, event, ev)
         if out is None:
             return None
         name, payload = out

@@ -1,10 +1,16 @@
 """The Check button: run a step's checker against the attendee's environment, commit the result,
 then publish it. The request comes from :func:`labserver.checks.request.check_request`; the
 environment row is trusted (:func:`~labserver.services.environments.with_environment`), so a check
-costs one status poll (the backend's own, before it runs the checker), not two."""
+costs one status poll (the backend's own, before it runs the checker), not two.
+
+A check the platform could not run (:mod:`labserver.services.not_gradable`) is committed and
+published as ``not_gradable`` and pressed again at once, under the same lock: the attendee sees
+"not your fault, retried", then the retry's own result."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -18,9 +24,11 @@ from labserver.content import Lab, Step
 from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
-from labserver.services import check_files, workspace_full
+from labserver.services import check_files, not_gradable, workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import with_environment
+
+log = logging.getLogger(__name__)
 
 
 def runs_of(
@@ -80,6 +88,33 @@ async def run_check(
     lab: Lab,
     step: Step,
     lang: str = "en",
+    retried: bool = False,
+) -> CheckRun:
+    """Run the step's checker once, and once more when the platform could not run it (unless
+    ``retried``: this is already the retry); returns the last run, committed and published."""
+    assert event.id is not None and attendee.id is not None
+    release(session)  # the caller's reads end before waiting for the attendee's check lock
+    async with ctx.check_lock(attendee.id):
+        run = await _check_once(
+            ctx, session, event=event, attendee=attendee, lab=lab, step=step, lang=lang, retried=retried
+        )
+        if run.status == CheckStatus.not_gradable and not retried:
+            run = await _check_once(
+                ctx, session, event=event, attendee=attendee, lab=lab, step=step, lang=lang, retried=True
+            )
+        return run
+
+
+async def _check_once(
+    ctx: AppContext,
+    session: Session,
+    *,
+    event: Event,
+    attendee: Attendee,
+    lab: Lab,
+    step: Step,
+    lang: str,
+    retried: bool,
 ) -> CheckRun:
     assert event.id is not None and attendee.id is not None
     event_id, attendee_id = event.id, attendee.id
@@ -96,42 +131,58 @@ async def run_check(
             files[:] = await check_files.digest_lab(ctx, ref, lab.id)
         return raw
 
-    release(session)  # the caller's reads end before waiting for the attendee's check lock
-    async with ctx.check_lock(attendee.id):
-        run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
-        session.add(run)
-        session.commit()
-        session.refresh(run)
-        release(session)
-        ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
-        try:
-            # the row is trusted; the backend polls the engine once before the check (run_check)
-            raw = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
-            verdict = interpret(raw, step.spec.timeout_s)
-            run.status = verdict.status
-            run.message = verdict.message
-            if run.status != CheckStatus.passed and workspace_full.NO_SPACE in raw.log:
-                run.message = workspace_full.message(lang, getattr(ctx.backend, "workspace_mb", 0))
-            run.hints = verdict.hints
-            run.metrics = verdict.metrics
-            run.log = raw.log.decode("utf-8", "replace")
-            run.log_truncated = raw.log_truncated
-            run.exit_code = raw.exit_code
-            run.duration_s = raw.duration_s
-        except BackendError as exc:
+    run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
+    await asyncio.to_thread(_store, session, run)
+    ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
+    try:
+        # the row is trusted; the backend polls the engine once before the check (run_check)
+        raw = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
+        verdict = interpret(raw, step.spec.timeout_s)
+        run.status = verdict.status
+        run.message = verdict.message
+        if run.status != CheckStatus.passed and workspace_full.NO_SPACE in raw.log:
+            run.message = workspace_full.message(lang, getattr(ctx.backend, "workspace_mb", 0))
+        run.hints = verdict.hints
+        run.metrics = verdict.metrics
+        run.log = raw.log.decode("utf-8", "replace")
+        run.log_truncated = raw.log_truncated
+        run.exit_code = raw.exit_code
+        run.duration_s = raw.duration_s
+    except BackendError as exc:
+        if not_gradable.is_platform_fault(exc):
+            log.warning(
+                "check %s of attendee %s not gradable (%s%s): %s %s",
+                run.id,
+                attendee_id,
+                exc.reason,
+                ", after the retry" if retried else "",
+                exc.message,
+                exc.log,
+            )
+            run.status = CheckStatus.not_gradable
+            run.message = not_gradable.message(lang, exc.reason, retried=retried)
+            run.log = f"[labserver] the platform could not run this check ({exc.reason}): {exc.message}\n"
+        else:
             run.status = CheckStatus.error
             run.message = exc.message
-        except Exception as exc:  # never leave a run "running"
-            run.status = CheckStatus.error
-            run.message = f"The check could not run: {exc}"
-            raise
-        finally:
-            run.finished_at = clock.now()
-            session.add(run)
-            if run.status == CheckStatus.passed and run.id is not None:
-                session.add(CheckFiles(run_id=run.id, files=files))
-            session.commit()  # committed before anyone sees it
-            session.refresh(run)
-            release(session)
-            publish_finished(ctx, run, attendee)
-        return run
+    except Exception as exc:  # never leave a run "running"
+        run.status = CheckStatus.error
+        run.message = f"The check could not run: {exc}"
+        raise
+    finally:
+        run.finished_at = clock.now()
+        await asyncio.to_thread(_store, session, run, files)  # committed before anyone sees it
+        publish_finished(ctx, run, attendee)
+    return run
+
+
+def _store(session: Session, run: CheckRun, files: list[dict[str, object]] | None = None) -> None:
+    """Commit ``run`` and release the connection, in a worker thread: a commit that waits for the
+    database (SQLite's write lock, a pool checkout) must never hold up the event loop every stream
+    and terminal of the room is served from (the load rehearsal, bench/rehearsal.py)."""
+    session.add(run)
+    if files is not None and run.status == CheckStatus.passed and run.id is not None:
+        session.add(CheckFiles(run_id=run.id, files=files))
+    session.commit()
+    session.refresh(run)
+    release(session)

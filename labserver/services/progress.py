@@ -12,11 +12,10 @@ from sqlmodel import Session, col, select
 
 from labserver.content import Lab
 from labserver.live import Kind
-from labserver.models import CheckRun, CheckStatus, Event, StepStart
+from labserver.models import NOT_ATTEMPTS, CheckRun, CheckStatus, Event, StepStart
 from labserver.services.context import AppContext
 
 #: runs that are no attempt: still running, or cut short by a server restart (services/recovery.py)
-NOT_ATTEMPTS = (CheckStatus.running, CheckStatus.interrupted)
 
 
 @dataclass

@@ -65,12 +65,12 @@ from labserver import __version__, clock, safe_json
 from labserver.backends.base import LabSeed, PathRefused, safe_relpath
 from labserver.backends.local import HIDDEN
 from labserver.content import Lab
-from labserver.models import Attendee, CheckRun, CheckStatus, Event
+from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, CheckStatus, Event
 from labserver.services import progress_signing
 from labserver.services.checking import publish_finished
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, event_labs
-from labserver.services.progress import NOT_ATTEMPTS, is_locked, lab_progress
+from labserver.services.progress import is_locked, lab_progress
 
 FORMAT: Literal["labserver-progress"] = "labserver-progress"
 SCHEMA_VERSION = 2

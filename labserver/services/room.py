@@ -27,7 +27,7 @@ from sqlmodel import Session, col, select
 from labserver import clock
 from labserver.content import Lab
 from labserver.live import Kind
-from labserver.models import Attendee, CheckRun, Environment, Event, StepStart
+from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, Environment, Event, StepStart
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs
 from labserver.services.progress import unlocked_steps
@@ -142,7 +142,7 @@ def load_facts(
             col(CheckRun.step_id),
             func.min(col(CheckRun.created_at)),
             func.min(case((status == "passed", col(CheckRun.finished_at)))),
-            func.count(case((status.not_in(["running", "interrupted"]), 1))),
+            func.count(case((status.not_in([str(s) for s in NOT_ATTEMPTS]), 1))),
             func.count(case((status == "failed", 1))),
             func.max(case((status == "failed", run_id))),
             func.max(case((status.in_(["error", "timeout"]), run_id))),

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from labserver.config import StuckSettings
+from labserver.models import NOT_ATTEMPTS
 
 MIN_SAMPLES = 3  # passes needed before the room's median replaces the lab's expected time
 
@@ -85,7 +86,7 @@ def summarize(runs: Iterable[RunFact], starts: Iterable[StartFact]) -> list[Step
         track(s.attendee_id, s.lab, s.step, s.at)
     for r in sorted(runs, key=lambda r: r.at):
         summary = track(r.attendee_id, r.lab, r.step, r.at)
-        if r.status in ("running", "interrupted"):  # interrupted: the server restarted, no attempt
+        if r.status in NOT_ATTEMPTS:  # running, or the platform's fault: no attempt
             continue
         statuses.setdefault((r.attendee_id, r.lab, r.step), []).append(r.status)
         if r.status == "passed" and summary.first_pass is None:

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -215,6 +216,70 @@ def test_the_stream_sends_a_cell_delta_for_a_finished_check(
     assert len(got[2]["data"]) < 200  # a delta, not the grid
 
 
+def test_five_dashboards_read_a_finished_check_once_and_off_the_loop(
+    app: FastAPI, client: TestClient, event: Event
+) -> None:
+    """Five instructor streams get the same cell delta from one database read, made in a worker
+    thread (the load rehearsal's SSE tail: a read per dashboard, on the loop every stream shares)."""
+    import threading
+
+    from sqlalchemy import event as sa_event
+
+    from labserver import clock
+    from labserver.models import CheckRun
+
+    ada = join(client, "Ada")
+    ada_id = client.get("/api/v1/me", headers=ada).json()["attendee"]["id"]
+    ctx = app.state.ctx
+    with Session(ctx.engine) as s:
+        run = CheckRun(
+            event_id=event.id or 0,
+            attendee_id=ada_id,
+            lab_id="getting-started",
+            step_id="write-file",
+            status="passed",
+            finished_at=clock.now(),
+        )
+        s.add(run)
+        s.commit()
+        s.refresh(run)
+    loop_threads: set[int] = set()
+    read_threads: list[int] = []
+
+    def seen(*_args: object) -> None:
+        read_threads.append(threading.get_ident())
+
+    async def scenario() -> list[dict[str, str]]:
+        loop_threads.add(threading.get_ident())
+        gens = [instructor_stream(ctx, event, ctx.live.subscribe(event.id or 0)) for _ in range(5)]
+        for gen in gens:
+            assert (await anext(gen))["event"] == "ready"
+        sa_event.listen(ctx.engine, "before_cursor_execute", seen)
+        try:
+            ctx.live.publish(
+                "check.finished",
+                event.id or 0,
+                ada_id,
+                run_id=run.id,
+                lab="getting-started",
+                step="write-file",
+                status="passed",
+            )
+            out = await asyncio.gather(*(anext(gen) for gen in gens))
+        finally:
+            sa_event.remove(ctx.engine, "before_cursor_execute", seen)
+        for gen in gens:
+            await gen.aclose()
+        return out
+
+    deltas = asyncio.run(scenario())
+    assert [d["event"] for d in deltas] == ["cell"] * 5
+    assert len({d["data"] for d in deltas}) == 1
+    one_read = len(read_threads)
+    assert one_read and not loop_threads & set(read_threads)  # read in a worker thread, not on the loop
+    assert ctx.live.computed == 1  # one read for five dashboards
+
+
 def test_summary_funnel_and_stuck(client: TestClient, event: Event) -> None:
     ada = join(client, "Ada")
     for _ in range(3):
@@ -372,7 +437,10 @@ def test_pages_render_dashboard_and_drill_down(client: TestClient, event: Event)
 
 def test_stream_translation_of_other_kinds(app: FastAPI, event: Event) -> None:
     from labserver.live import LiveEvent
-    from labserver.routes.instructor_stream import translate
+    from labserver.routes import instructor_stream
+
+    def translate(*args: Any) -> Any:
+        return asyncio.run(instructor_stream.translate(*args))
 
     ctx = app.state.ctx
     env = translate(ctx, event, LiveEvent("env.state", event.id or 0, 7, {"state": "ready", "env_id": "e"}))

@@ -29,7 +29,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from labserver.backends.base import CheckRaw, CheckRequest, EnvironmentGone, ExecResult
+from labserver.backends.base import BackendError, CheckRaw, CheckRequest, EnvironmentGone, ExecResult
 from labserver.backends.docker import config as dc
 from labserver.backends.docker.scheduler import Placement
 
@@ -225,6 +225,12 @@ def record_to_raw(record: dict[str, Any], request: CheckRequest, elapsed: float)
         raise EnvironmentGone(
             f"The lab folder {request.lab_id}/ is missing; reset the lab to get it back.",
             reason="lab-missing",
+        )
+    if record.get("why") == "no record":  # the runner never wrote one: the grader did not run
+        raise BackendError(
+            "The grader container did not run the checker.",
+            reason="grader-start",
+            log=repr(record.get("runner_log", b""))[-2000:],
         )
     if not record.get("valid"):
         note = f"[labserver] grader gave no valid result ({record.get('why')})\n".encode()

@@ -1,7 +1,8 @@
-"""Issue 13 item 9, as it happens: ``kill -9`` of a real ``labserver serve`` (Docker backend) while an
-attendee's Check is running. After the restart the run is finished as ``interrupted`` ("the server
-restarted") and costs nothing (no attempt, not failing, the attendee can check again), and the
-grader container the dead server left behind is gone."""
+"""Issue 13 item 9 and issue 22, as it happens: ``kill -9`` of a real ``labserver serve`` (Docker
+backend) while an attendee's Check is running. After the restart the run is finished as
+``not_gradable`` ("not your fault", no attempt, not failing), the check is pressed again once for
+the attendee (its verdict is the only attempt), and the grader container the dead server left behind
+is gone."""
 
 from __future__ import annotations
 
@@ -83,18 +84,28 @@ def test_kill_9_during_a_check(
         os.killpg(proc.pid, signal.SIGKILL)  # mid-check: no shutdown hooks
         proc.wait(timeout=30)
         assert _graders(docker_client, prefix), "the grader should outlive the killed server"
+        # the attendee's container outlives the server too: the retry after the restart must not sleep
+        envs = docker_client.containers.list(
+            filters={"label": [f"labserver.instance={prefix}", "labserver.role=env"]}
+        )
+        assert len(envs) == 1
+        assert envs[0].exec_run(["rm", "-f", "/workspace/getting-started/slow"]).exit_code == 0
         proc = start_server(env, port, log)
 
-        runs = httpx.get(f"{step}/runs", headers=auth, timeout=30).json()
-        assert [r["status"] for r in runs] == ["interrupted"], runs
-        assert "restarted" in runs[0]["message"]
+        deadline = time.monotonic() + 180
+        while True:  # the restart pressed Check again: wait for that retry's verdict
+            runs = httpx.get(f"{step}/runs", headers=auth, timeout=30).json()
+            if len(runs) == 2 and runs[0]["status"] != "running" or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert [r["status"] for r in runs] == ["failed", "not_gradable"], runs
+        assert "Not your fault" in runs[1]["message"]
         labs = httpx.get(f"{base}/labs", headers=auth, timeout=30).json()
         gs = next(lab for lab in labs if lab["id"] == "getting-started")
         mine = {s["id"]: s for s in gs["progress"]["steps"]}["write-file"]
-        assert mine["attempts"] == 0 and mine["status"] in ("not-started", "working"), mine
+        assert mine["attempts"] == 1 and mine["status"] == "failing", mine  # the retry only
         assert _graders(docker_client, prefix) == []
         # and the attendee can simply check again
-        httpx.put(f"{base}/labs/getting-started/files/slow", headers=auth, content=b"0", timeout=60)
         again = httpx.post(f"{step}/check", headers=auth, timeout=180)
         assert again.status_code == 200 and again.json()["status"] == "failed", again.text
     finally:

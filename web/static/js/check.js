@@ -6,7 +6,7 @@ import { api, el, t, timeOf } from './common.js';
 
 const STATUS_LABEL = {
   passed: 'passed', failed: 'failed', error: 'error', timeout: 'timeout', running: 'running',
-  interrupted: 'interrupted', imported: 'imported',
+  interrupted: 'interrupted', imported: 'imported', not_gradable: 'not_gradable',
 };
 
 export class StepChecks {

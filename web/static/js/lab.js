@@ -55,7 +55,8 @@ const statuses = Object.fromEntries(config.steps.map((s) => [s.id, s.status]));
 function setStepStatus(step, status) {
   if (!(step in statuses)) return;
   if (statuses[step] === 'passed') return;  // a step once passed stays passed
-  if (status === 'interrupted' || status === 'running') return;  // not an attempt (server restarted)
+  // not an attempt: running, or the platform could not run it (not gradable; interrupted: older servers)
+  if (status === 'interrupted' || status === 'not_gradable' || status === 'running') return;
   if (status === 'imported' && statuses[step] !== 'not-started' && statuses[step] !== 'working') return;
   statuses[step] = status === 'passed' ? 'passed' : status === 'imported' ? 'imported'
     : status === 'error' || status === 'timeout' ? 'error' : 'failing';
