@@ -15,11 +15,8 @@ import typer
 
 from labserver.cli import env as env_cli
 from labserver.cli import images as images_cli
-<<<<<<< HEAD
-from labserver.cli import report as report_cli
-=======
 from labserver.cli import rehearse as rehearse_cli
->>>>>>> load
+from labserver.cli import report as report_cli
 from labserver.cli import selfpaced as selfpaced_cli
 from labserver.config import Settings
 

@@ -35,7 +35,7 @@ from labserver.models import Event
 from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
 from labserver.routes.instructor_api import get_event
 from labserver.routes.instructor_pages import PageInstructor, instructor_base
-from labserver.routes.instructor_stream import translate
+from labserver.routes.instructor_stream import GRID_KINDS, prefetch, translate
 from labserver.routes.pages import render_page
 from labserver.schemas import SSE, EventPublic
 from labserver.services import event_admin
@@ -79,7 +79,7 @@ async def gallery_stream(
                 news = asyncio.ensure_future(sub.get())
                 if ev.kind == Kind.env_state and ev.attendee_id is not None and ev.data.get("env_id"):
                     feed.envs[str(ev.data["env_id"])] = ev.attendee_id
-                out = translate(ctx, event, ev)
+                out = await translate(ctx, event, ev)
                 if out is not None:
                     yield _sse(out[0], out[1], ev.seq)
             if tick in done:
@@ -103,7 +103,7 @@ async def stream(event_id: DbId, ctx: Ctx) -> EventSourceResponse:
         event = get_event(session, event_id)
     envs = await asyncio.to_thread(event_envs, ctx.engine, event_id)
     feed = GalleryFeed(ctx.terminals, envs, rows=ROWS, cols=COLS)
-    sub = ctx.live.subscribe(event_id)
+    sub = ctx.live.subscribe(event_id, kinds=GRID_KINDS, on_queued=prefetch(ctx, event))
     return EventSourceResponse(gallery_stream(ctx, event, sub, feed, every(INTERVAL_S)), ping=15)
 
 
