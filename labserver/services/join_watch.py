@@ -14,7 +14,7 @@ suspicious:
 - ``idle``: the attendee never opened a step but has run checks.
 
 :func:`remove` takes an attendee out of the event for good. Their shells are closed, their
-environment is destroyed (workspace included), their rows are deleted (check runs, step starts,
+environment is destroyed (workspace and terminal recordings included), their rows are deleted (check runs, step starts,
 help requests, environment, attendee) and their token stops working. The engine call happens
 before the database changes, and no session is held across it.
 """
@@ -25,8 +25,9 @@ from sqlalchemy import delete
 from sqlmodel import Session, col, select
 
 from labserver.models import Attendee, CheckRun, Environment, Event, HelpRequest, StepStart
+from labserver.services import recordings
 from labserver.services.context import AppContext
-from labserver.services.environments import ref_of
+from labserver.services.environments import env_id_for, ref_of
 
 SAME_ADDRESS = 3
 SCRIPTED = (
@@ -103,6 +104,7 @@ async def remove(ctx: AppContext, session: Session, *, event: Event, attendee: A
         await ctx.terminals.close_env(env_id)
     if ref is not None:
         await ctx.backend.destroy(ref)
+    await recordings.delete_for_environment(ctx, env_id or env_id_for(event.id or 0, attendee.id))
     for table, column in (
         (CheckRun, CheckRun.attendee_id),
         (StepStart, StepStart.attendee_id),
