@@ -82,9 +82,10 @@ def test_accepted_share_lets_the_instructor_type_and_tells_the_attendee(
     attendee_id = share["attendee_id"]
     sub = app.state.ctx.live.subscribe(event.id, attendee_id)
     token = ada["Authorization"].split()[1]
-    with client.websocket_connect(f"{LAB}/terminal?token={token}") as mine, client.websocket_connect(
-        _typing_url(env_id)
-    ) as theirs:
+    with (
+        client.websocket_connect(f"{LAB}/terminal?token={token}") as mine,
+        client.websocket_connect(_typing_url(env_id)) as theirs,
+    ):
         theirs.send_bytes(b"echo helped-$((6*7))\r")
         assert "helped-42" in _read_until(mine, "helped-42")  # the same shell
         mine.send_bytes(b"echo both-$((5*5))\r")
@@ -130,7 +131,9 @@ def test_consent_ends_and_the_socket_closes(client: TestClient, event: Event, wh
     assert client.post(f"/api/v1/share/{share['id']}/accept", headers=ada).status_code == 409
 
 
-def test_nobody_accepts_for_someone_else_and_a_share_is_for_its_lab_only(client: TestClient, event: Event) -> None:
+def test_nobody_accepts_for_someone_else_and_a_share_is_for_its_lab_only(
+    client: TestClient, event: Event
+) -> None:
     ada, bob = join(client, "Ada"), join(client, "Bob")
     help_id, env_id = _hand(client, event, ada)
     share = client.post(f"/api/v1/events/{event.id}/help/{help_id}/share", headers=INSTR).json()
@@ -139,7 +142,10 @@ def test_nobody_accepts_for_someone_else_and_a_share_is_for_its_lab_only(client:
     assert client.delete("/api/v1/share", headers=bob).json() is None
     assert client.get("/api/v1/share", headers=ada).json()["state"] == "asked"  # Bob changed nothing
     # attendees cannot ask, list or end shares
-    assert client.post(f"/api/v1/events/{event.id}/help/{help_id}/share", headers=bob).status_code in (401, 403)
+    assert client.post(f"/api/v1/events/{event.id}/help/{help_id}/share", headers=bob).status_code in (
+        401,
+        403,
+    )
     assert client.get(f"/api/v1/events/{event.id}/shares", headers=bob).status_code in (401, 403)
     client.post(f"/api/v1/share/{share['id']}/accept", headers=ada)
     assert _refused(client, _typing_url(env_id, lab="other-lab")) == 4403
@@ -161,7 +167,9 @@ def test_sharing_needs_an_open_hand_with_a_lab(client: TestClient, event: Event)
 def test_thirty_hands_shared_at_once(client: TestClient, event: Event) -> None:
     people = [join(client, f"p{i}") for i in range(30)]
     hands = [
-        client.post("/api/v1/help", headers=p, json={"lab": "getting-started", "step": "run-script"}).json()["id"]
+        client.post("/api/v1/help", headers=p, json={"lab": "getting-started", "step": "run-script"}).json()[
+            "id"
+        ]
         for p in people
     ]
 

@@ -63,7 +63,7 @@ export class RecordingsPanel {
   }
 
   async play(r) {
-    const resp = await fetch(r.url, { credentials: 'same-origin' });
+    const resp = await fetch(r.url, { credentials: 'same-origin', cache: 'no-store' });
     const text = await resp.text();
     if (this.player) { this.player.dispose(); this.player = null; }
     this.stage.textContent = '';
@@ -73,13 +73,16 @@ export class RecordingsPanel {
     this.player = AsciinemaPlayer.create({ data: text }, screen, { fit: 'width', idleTimeLimit: 2, terminalFontSize: '13px' });
     window.recordingPlayer = this.player;  // tests read the player's time
     const markers = markersOf(text);
+    this.root.dataset.markers = String(markers.length);
     if (!markers.length) marks.append(h('li', { class: 'muted small' }, this.S.no_markers || ''));
     for (const m of markers) {
       const kind = /: (passed)\b/.test(m.label) ? 'passed' : /: (failed|error|timeout)\b/.test(m.label) ? 'failed' : 'mark';
       const b = h('button', { type: 'button', class: `small marker marker-${kind}`, 'data-time': String(m.time) }, `${fmtTime(m.time)} ${m.label}`);
       // a little before the marker, so the commands that led to it are on the screen
       b.addEventListener('click', () => this.player.seek(Math.max(0, m.time - 0.001)).then(() => this.player.play()));
-      marks.append(h('li', {}, '')).append(b);
+      const li = h('li');
+      li.append(b);
+      marks.append(li);
     }
     this.root.dataset.state = 'playing';
     this.root.dataset.playing = r.id;
