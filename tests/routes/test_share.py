@@ -121,11 +121,25 @@ def test_consent_ends_and_the_socket_closes(client: TestClient, event: Event, wh
             client.delete(f"/api/v1/events/{event.id}/shares/{share['id']}", headers=INSTR)
         else:
             client.post(f"/api/v1/events/{event.id}/help/{help_id}/resolve", headers=INSTR)
-        with pytest.raises(WebSocketDisconnect) as err:
-            while True:
-                theirs.receive_bytes()
-        assert err.value.code == 4403
+        theirs.send_bytes(b"echo late-$((2+2))\r")  # typed as it ends: never written
+
+        def closed_code() -> int:
+            try:
+                while True:
+                    theirs.receive_bytes()
+            except WebSocketDisconnect as exc:
+                return int(exc.code)
+
+        pool = ThreadPoolExecutor(1)
+        try:
+            assert pool.submit(closed_code).result(timeout=30) == 4403
+        finally:
+            pool.shutdown(wait=False)
     assert _refused(client, _typing_url(env_id)) == 4403
+    token = ada["Authorization"].split()[1]
+    with client.websocket_connect(f"{LAB}/terminal?token={token}") as mine:
+        mine.send_bytes(b"echo probe-$((3+3))\r")
+        assert "late-4" not in _read_until(mine, "probe-6")
     assert client.get("/api/v1/share", headers=ada).json() is None
     # an ended share is never active again: accepting it now is refused
     assert client.post(f"/api/v1/share/{share['id']}/accept", headers=ada).status_code == 409
