@@ -6,12 +6,14 @@ What is recorded, and the promises kept:
 - **Output** (``"o"`` events) as the attendee's terminal shows it, resizes (``"r"``) and markers
   (``"m"``: each Check press and its result, the start and end of a shared session). **Input**
   (``"i"``) only when the event enables it (``Event.record_input``); off by default.
-- **The terminal never waits for the recorder.** Output is appended to an in-memory batch on the
-  event loop (one incremental UTF-8 decode and one ``json.dumps`` per read: a UTF-8 sequence split
-  across reads is completed by the next); the batch is written by a thread every
-  ``flush_s`` seconds or at once past :data:`FLUSH_BYTES`, one write in flight per recording. A
-  write that fails (disk full, the folder deleted with its environment) loses that batch, never the
-  shell. No database connection is used here at all.
+- **The terminal never waits for the recorder.** On the event loop a read only appends
+  ``(time, bytes)`` to an in-memory batch. A thread takes the batch every ``flush_s`` seconds (at
+  once past :data:`FLUSH_BYTES`), one batch in flight per recording, and does the rest there:
+  the incremental UTF-8 decode (a sequence split across reads is completed by the next), merging
+  output within :data:`MERGE_S` into one event, ``json.dumps``, the budget, the write. A write that
+  fails (disk full, the folder deleted with its environment) loses that batch, never the shell; a
+  writer so far behind that :data:`MAX_PENDING` bytes wait drops output (counted) rather than
+  grow without bound. No database connection is used here at all.
 - **A size cap per attendee** (``max_bytes``: all of one environment's files together): each
   environment has one :class:`Budget`, read from disk when its first shell of this server's run
   opens and charged with every line queued. A line that does not fit ends the recording: a last
@@ -42,23 +44,30 @@ from labserver import clock
 log = logging.getLogger(__name__)
 
 FLUSH_BYTES = 64 * 1024  # a batch this large is written at once
+MAX_PENDING = 8 * 1024 * 1024  # output queued beyond this while the writer is behind is dropped
+MERGE_S = 0.02  # consecutive output within this is one event (a frame: no visible difference)
+MERGE_MAX = 16 * 1024  # ... up to this many characters (each json.dumps holds the GIL briefly)
 CAP_MARK = "recording stopped: size cap reached"
+SKIP_MARK = "output skipped: the recorder fell behind"
 #: held back for each file at its start, for the line that says the cap was reached
 RESERVE = len(json.dumps([1e9, "m", CAP_MARK])) + 2
 NAME = re.compile(r"^(?P<lab>[a-z0-9][a-z0-9-]{0,62})__(?P<stamp>\d{8}T\d{6}\d{6})$")
 
 
 class Budget:
-    """Bytes one environment's recordings may still take (shared by its shells)."""
+    """Bytes one environment's recordings may still take (shared by its shells, whose writers
+    charge it from their threads)."""
 
     def __init__(self, left: int) -> None:
         self.left = left
+        self._lock = threading.Lock()
 
     def take(self, n: int) -> bool:
-        if n > self.left:
-            return False
-        self.left -= n
-        return True
+        with self._lock:
+            if n > self.left:
+                return False
+            self.left -= n
+            return True
 
 
 @dataclass(frozen=True)
@@ -71,8 +80,9 @@ class RecordingFile:
 
 
 class Recording:
-    """One shell's recording. Every method but :meth:`close` is synchronous and cheap (called on
-    the terminal's read path); :meth:`close` writes what is left."""
+    """One shell's recording. Every method but :meth:`close` is synchronous and O(1) on the event
+    loop (a tuple appended to the batch); the writer thread decodes, merges, serializes, charges
+    the budget and writes, one batch at a time. :meth:`close` writes what is left."""
 
     def __init__(
         self,
@@ -87,30 +97,28 @@ class Recording:
         self.budget = budget
         self.flush_s = flush_s
         self.record_input = record_input
-        self.full = False  # the cap was reached: nothing more is recorded
+        self.full = False  # the cap was reached: nothing more is recorded (set by the writer)
         self.written = 0  # bytes written to the file (tests, logs)
+        self.dropped = 0  # bytes of output dropped because the writer fell behind (MAX_PENDING)
         self._loop = loop
         self._thread = threading.get_ident()  # the loop's thread (made on it, by RecordingStore.start)
         self._t0 = loop.time()
-        self._out = codecs.getincrementaldecoder("utf-8")("replace")
+        self._out = codecs.getincrementaldecoder("utf-8")("replace")  # used by the writer only
         self._in = codecs.getincrementaldecoder("utf-8")("replace")
-        self._batch: list[bytes] = []
+        self._batch: list[tuple[float, str, bytes | str]] = []
         self._batched = 0
         self._timer: asyncio.TimerHandle | None = None
         self._writer: asyncio.Task[None] | None = None
         self._closed = False
+        self._skipping = False
 
     # -- what the terminal calls (on the loop, never waits) --------------------------------------
     def output(self, data: bytes) -> None:
-        text = self._out.decode(data)
-        if text:
-            self._event("o", text)
+        self._event("o", data)
 
     def input(self, data: bytes) -> None:
         if self.record_input:
-            text = self._in.decode(data)
-            if text:
-                self._event("i", text)
+            self._event("i", data)
 
     def resize(self, cols: int, rows: int) -> None:
         self._event("r", f"{int(cols)}x{int(rows)}")
@@ -123,17 +131,19 @@ class Recording:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing records any more
                 self._loop.call_soon_threadsafe(self._event, "m", label[:200])
 
-    def _event(self, code: str, text: str) -> None:
+    def _event(self, code: str, data: bytes | str) -> None:
         if self.full or self._closed:
             return
-        t = round(self._loop.time() - self._t0, 6)
-        line = (json.dumps([t, code, text], ensure_ascii=False) + "\n").encode()
-        if not self.budget.take(len(line)):
-            self.full = True
-            line = (json.dumps([t, "m", CAP_MARK]) + "\n").encode()  # paid for by RESERVE
-        self._batch.append(line)
-        self._batched += len(line)
-        if self._batched >= FLUSH_BYTES or self.full:
+        if self._batched > MAX_PENDING and code in ("o", "i"):
+            if not self._skipping:  # said once per stretch, so a replay shows where output is missing
+                self._skipping = True
+                self._batch.append((self._loop.time() - self._t0, "m", SKIP_MARK))
+            self.dropped += len(data)
+            return
+        self._skipping = False
+        self._batch.append((self._loop.time() - self._t0, code, data))
+        self._batched += len(data)
+        if self._batched >= FLUSH_BYTES:
             self._kick()
         elif self._timer is None:
             self._timer = self._loop.call_later(self.flush_s, self._kick)
@@ -148,23 +158,72 @@ class Recording:
 
     async def _drain(self) -> None:
         while self._batch:
-            chunk = b"".join(self._batch)
-            self._batch.clear()
-            self._batched = 0
+            batch, self._batch, self._batched = self._batch, [], 0
+            final = self._closed and not self._batch
             try:
-                await asyncio.to_thread(_append, self.path, chunk)
-                self.written += len(chunk)
+                await asyncio.to_thread(self._write, batch, final)
             except OSError as exc:  # the folder went with its environment, or the disk is full
-                log.warning("recording %s: %d bytes lost: %s", self.path.name, len(chunk), exc)
+                log.warning("recording %s: a batch was lost: %s", self.path.name, exc)
 
-    async def close(self) -> None:
-        """Write what is queued (the decoders' tails too) and wait until it is written; nothing is
-        recorded after. Any number of callers may wait."""
-        if not self._closed:
+    def _write(self, batch: list[tuple[float, str, bytes | str]], final: bool) -> None:
+        """In the writer thread: the batch's events as asciicast lines, consecutive output within
+        :data:`MERGE_S` merged into one event; each line charged to the budget; appended."""
+        lines: list[bytes] = []
+        merged: list[str] = []
+        at = 0.0
+        size = 0  # characters in ``merged``
+
+        def line(t: float, code: str, text: str) -> bool:
+            out = (json.dumps([round(t, 6), code, text], ensure_ascii=False) + "\n").encode()
+            if self.full:
+                return False
+            if not self.budget.take(len(out)):
+                self.full = True
+                lines.append((json.dumps([round(t, 6), "m", CAP_MARK]) + "\n").encode())  # RESERVE pays
+                return False
+            lines.append(out)
+            return True
+
+        def flush_output() -> None:
+            if merged:
+                line(at, "o", "".join(merged))
+                merged.clear()
+
+        for t, code, data in batch:
+            if code == "o":
+                text = self._out.decode(data)  # type: ignore[arg-type]
+                if not text:
+                    continue
+                if merged and (t - at > MERGE_S or size > MERGE_MAX):
+                    flush_output()
+                    size = 0
+                size += len(text)
+                if not merged:
+                    at = t
+                merged.append(text)
+                continue
+            flush_output()
+            if code == "i":
+                text = self._in.decode(data)  # type: ignore[arg-type]
+                if text:
+                    line(t, "i", text)
+            else:
+                line(t, code, str(data))
+        if final:
             tail = self._out.decode(b"", final=True)
             if tail:
-                self._event("o", tail)
+                merged.append(tail)
+        flush_output()
+        if lines:
+            _append(self.path, b"".join(lines))
+            self.written += sum(map(len, lines))
+
+    async def close(self) -> None:
+        """Write what is queued (the decoder's tail too) and wait until it is written; nothing is
+        recorded after. Any number of callers may wait."""
+        if not self._closed:
             self._closed = True
+            self._batch.append((self._loop.time() - self._t0, "o", b""))  # the last batch is final
             self._kick()
         if self._writer is not None:
             with contextlib.suppress(Exception):

@@ -39,7 +39,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("checks", ("labserver.checks",)),
     (
         "shared",
-        ("labserver.live", "labserver.terminals", "labserver.recorder", "labserver.sharing", "labserver.schemas"),
+        (
+            "labserver.live",
+            "labserver.terminals",
+            "labserver.recorder",
+            "labserver.sharing",
+            "labserver.schemas",
+        ),
     ),
     ("services", ("labserver.services",)),
     ("routes", ("labserver.routes",)),

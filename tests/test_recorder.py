@@ -8,7 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from labserver.recorder import CAP_MARK, RecordingStore
+from labserver.recorder import CAP_MARK, MAX_PENDING, SKIP_MARK, RecordingStore
 
 
 def events(path: Path) -> tuple[dict, list[list]]:
@@ -134,3 +134,22 @@ def test_list_find_and_delete(tmp_path: Path) -> None:
     asyncio.run(store.delete_env("ev1-at1"))
     assert store.list("ev1-at1") == [] and not (tmp_path / "ev1-at1").exists()
     asyncio.run(store.delete_env("ev1-at1"))  # deleting what is gone is success
+
+
+def test_a_writer_far_behind_drops_output_and_says_so(tmp_path: Path) -> None:
+    """Memory stays bounded when output outruns the writer: past MAX_PENDING queued bytes output is
+    dropped (counted), and the recording marks where."""
+
+    async def scenario() -> tuple[int, list[list]]:
+        store = RecordingStore(tmp_path, max_bytes=1 << 30, flush_s=30)
+        rec = await store.start("ev1-at1", "lab", 80, 24)
+        assert rec is not None
+        chunk = b"x" * 4096
+        for _ in range(MAX_PENDING // 4096 + 100):  # no await: the writer never gets a turn
+            rec.output(chunk)
+        await rec.close()
+        return rec.dropped, events(rec.path)[1]
+
+    dropped, evs = asyncio.run(scenario())
+    assert dropped > 0
+    assert ["m", SKIP_MARK] in [e[1:] for e in evs]
