@@ -199,3 +199,14 @@ def test_thirty_attendees_list_their_recordings_at_once(client: TestClient, even
     with ThreadPoolExecutor(30) as pool:
         counts = list(pool.map(mine, people))
     assert counts == [1] + [0] * 29
+
+
+def test_keystrokes_are_recorded_only_where_the_event_enables_it(client: TestClient, event: Event) -> None:
+    patched = client.patch(f"/api/v1/events/{event.id}", headers=INSTR, json={"record_input": True})
+    assert patched.status_code == 200 and patched.json()["record_input"] is True
+    ada = join(client, "Ada")
+    _session(client, ada, "echo keys-$((7*6))", "keys-42")
+    rows = client.get("/api/v1/recordings", headers=ada).json()
+    text = _cast_when(client, rows[0]["url"], ada, '"i"')
+    typed = "".join(e[2] for e in _cast(text)[1] if e[1] == "i")
+    assert "echo keys-$((7*6))" in typed
