@@ -27,7 +27,8 @@ from labserver.content import LabCatalog
 from labserver.csrf import CSRFMiddleware
 from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
-from labserver.routes import api, completion, instructor, pages, progress, terminal
+from labserver.recorder import RecordingStore
+from labserver.routes import api, completion, instructor, pages, progress, recordings, share, terminal
 from labserver.services import workspace_full
 from labserver.services.admission import Admission, default_limit
 from labserver.services.context import AppContext
@@ -49,7 +50,18 @@ VENDOR = {
     "xterm-addon-fit": "@xterm/addon-fit",
     "codemirror": "codemirror",
     "chart.js": "chart.js",
+    "asciinema-player": "asciinema-player",
 }
+
+
+def recording_store(settings: Settings) -> RecordingStore:
+    rec = settings.recording
+    return RecordingStore(
+        settings.recordings_dir,
+        max_bytes=int(rec.max_mb * 1024 * 1024),
+        flush_s=rec.flush_s,
+        enabled=rec.enabled,
+    )
 
 
 def vendor_dir(settings: Settings) -> Path:
@@ -67,7 +79,7 @@ def build_context(settings: Settings) -> AppContext:
         catalog=LabCatalog(settings.labs_dir),
         backend=make_backend(settings),
         live=LiveHub(),
-        terminals=TerminalHub(),
+        terminals=TerminalHub(recordings=recording_store(settings)),
         admission=Admission(settings.admission.concurrent_starts or default_limit(settings.backend)),
     )
     ctx.check_slots = asyncio.Semaphore(settings.checks.max_concurrent)
@@ -206,6 +218,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for module in (api, terminal, progress, completion, pages, instructor):
         app.include_router(module.router)
+    for extra in (recordings.router, recordings.instructor, share.attendee, share.instructor):
+        app.include_router(extra)
 
     static = settings.web_dir / "static"
     if static.is_dir():

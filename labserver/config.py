@@ -108,6 +108,16 @@ class KubernetesSettings(BaseModel):
     api_attempts: int = Field(default=4, ge=1, le=20)  # tries of a call the API server did not answer
 
 
+class RecordingSettings(BaseModel):
+    """Terminal recordings (asciicast v2, labserver/recorder.py): every attendee shell's output, kept
+    under ``DATA_DIR/recordings/<environment>/`` and deleted with the environment's workspace."""
+
+    enabled: bool = True
+    # all of one attendee's recordings together; past it a session records no more (a marker says so)
+    max_mb: float = Field(default=20.0, gt=0, le=100_000)
+    flush_s: float = Field(default=0.5, gt=0, le=60)  # output is written in batches this often
+
+
 class LocalSettings(BaseModel):
     """The local backend's isolation (docs/security.md)."""
 
@@ -142,6 +152,7 @@ class Settings(BaseSettings):
     docker: DockerSettings = Field(default_factory=DockerSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
+    recording: RecordingSettings = Field(default_factory=RecordingSettings)
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -150,6 +161,10 @@ class Settings(BaseSettings):
     @property
     def workspaces_dir(self) -> Path:
         return self.data_dir / "workspaces"
+
+    @property
+    def recordings_dir(self) -> Path:
+        return self.data_dir / "recordings"
 
     def ensure_secret_key(self) -> str:
         if self.secret_key:

@@ -18,6 +18,8 @@ from labserver.content import Lab, Step
 from labserver.content.markdown import render
 from labserver.i18n import gettext
 from labserver.models import Announcement, Attendee, CheckRun, Environment, Event, HelpRequest
+from labserver.recorder import RecordingFile
+from labserver.sharing import Share
 
 
 class _Out(BaseModel):
@@ -96,6 +98,7 @@ class EventPublic(_Out):
     attendees: int = 0
     warm_pool: int | None = None  # None: the server's LABSERVER_DOCKER__WARM_POOL
     seats_only: bool = False  # joining needs a personal code (services/seats.py)
+    record_input: bool = False  # terminal recordings keep keystrokes too (labserver/recorder.py)
 
     @classmethod
     def of(cls, event: Event, attendees: int = 0) -> EventPublic:
@@ -112,6 +115,7 @@ class EventPublic(_Out):
             image=event.image,
             warm_pool=event.warm_pool,
             seats_only=event.seats_only,
+            record_input=event.record_input,
             pace=dict(event.pace),
             selfpaced=event.selfpaced,
             attendees=attendees,
@@ -645,6 +649,58 @@ class CompletionRecordPublic(_Out):
 
 class HintsOpenedPublic(_Out):
     first: bool  # the first time this attendee opened these hints
+
+
+# -- help with consent ------------------------------------------------------------------------------
+class SharePublic(_Out):
+    """A request to share an attendee's terminal (labserver/sharing.py): ``state`` is ``asked``
+    (waiting for the attendee), ``active`` (the instructor may type) or ``ended``."""
+
+    id: int
+    attendee_id: int
+    help_id: int
+    lab: str
+    by: str
+    state: str
+    ended_by: str = ""
+    env_id: str
+
+    @classmethod
+    def of(cls, share: Share) -> SharePublic:
+        return cls(
+            id=share.id,
+            attendee_id=share.attendee_id,
+            help_id=share.help_id,
+            lab=share.lab,
+            by=share.by,
+            state=str(share.state),
+            ended_by=share.ended_by,
+            env_id=share.env_id,
+        )
+
+
+# -- terminal recordings ----------------------------------------------------------------------------
+class RecordingPublic(_Out):
+    """One terminal recording (asciicast v2): ``url`` plays it, ``download_url`` saves it."""
+
+    id: str
+    lab: str
+    started_at: str
+    bytes: int
+    url: str
+    download_url: str
+
+    @classmethod
+    def of(cls, rec: RecordingFile, base: str) -> RecordingPublic:
+        url = f"{base}/{rec.id}"
+        return cls(
+            id=rec.id,
+            lab=rec.lab,
+            started_at=_aware_iso(rec.started_at),
+            bytes=rec.bytes,
+            url=url,
+            download_url=url + "?download=1",
+        )
 
 
 def media(media_type: str, description: str, schema: dict[str, Any] | None = None) -> dict[int | str, Any]:

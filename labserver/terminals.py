@@ -13,7 +13,11 @@ it before the prompt, and the shell would show it a second time after: ``echo hi
 Each viewer's backlog is bounded (:data:`VIEWER_MAX` bytes): the shell never waits for a viewer,
 and a viewer that reads slower than the shell writes (a stalled browser, a slow link, a socket that
 stops reading) has its backlog dropped and gets :data:`RESYNC` instead, after which the bridge
-replays the scrollback. Memory per viewer stays under ``VIEWER_MAX + SCROLLBACK`` whatever it does."""
+replays the scrollback. Memory per viewer stays under ``VIEWER_MAX + SCROLLBACK`` whatever it does.
+
+A hub given a :class:`~labserver.recorder.RecordingStore` records each session it opens (output,
+resizes, markers; input where asked): one file per shell, written off the event loop
+(labserver/recorder.py). :meth:`TerminalHub.mark` puts a marker into a live session's recording."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from labserver.backends.base import PROMPT_END, Terminal
+from labserver.recorder import Recording, RecordingStore
 
 Key = tuple[str, str]  # (env_id, lab_id)
 SCROLLBACK = 128 * 1024
@@ -66,9 +71,12 @@ class Viewer:
 
 
 class TerminalSession:
-    def __init__(self, key: Key, term: Terminal, on_end: Callable[[Key], None]) -> None:
+    def __init__(
+        self, key: Key, term: Terminal, on_end: Callable[[Key], None], recording: Recording | None = None
+    ) -> None:
         self.key = key
         self.term = term
+        self.recording = recording
         self.scrollback = bytearray()
         #: bytes of output since the shell started (a read API: the gallery sees a change by it)
         self.output_bytes = 0
@@ -95,6 +103,8 @@ class TerminalSession:
                     break
                 if not self.ready.is_set():
                     self._look_for_prompt(data)
+                if self.recording is not None:
+                    self.recording.output(data)
                 self.scrollback.extend(data)
                 self.output_bytes += len(data)
                 if len(self.scrollback) > SCROLLBACK:
@@ -107,6 +117,8 @@ class TerminalSession:
             for q in list(self.viewers):
                 q.put_nowait(b"")
             self._on_end(self.key)
+            if self.recording is not None:
+                await asyncio.shield(self.recording.close())
 
     def _look_for_prompt(self, data: bytes) -> None:
         seen = self._tail + data
@@ -136,9 +148,13 @@ class TerminalSession:
             if self._held:
                 data, self._held = bytes(self._held) + data, bytearray()
             if data and not self.closed:
+                if self.recording is not None:
+                    self.recording.input(data)
                 await self.term.write(data)
 
     async def resize(self, cols: int, rows: int) -> None:
+        if self.recording is not None:
+            self.recording.resize(cols, rows)
         await self.term.resize(cols, rows)
 
     async def close(self) -> None:
@@ -146,21 +162,34 @@ class TerminalSession:
         self._pump.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._pump
+        if self.recording is not None:
+            await self.recording.close()
 
 
 class TerminalHub:
     """The open sessions. Opening one is per key: a shell that is starting holds up only those who
     asked for the same (environment, lab) (they share its future), never another attendee's."""
 
-    def __init__(self, idle_close_s: float = 1800.0) -> None:
+    def __init__(self, idle_close_s: float = 1800.0, recordings: RecordingStore | None = None) -> None:
         self.sessions: dict[Key, TerminalSession] = {}
         self.idle_close_s = idle_close_s
+        self.recordings = recordings
         self._opening: dict[Key, asyncio.Future[TerminalSession]] = {}
 
-    async def get(self, key: Key, opener: Callable[[], Awaitable[Terminal]] | None) -> TerminalSession | None:
+    async def get(
+        self,
+        key: Key,
+        opener: Callable[[], Awaitable[Terminal]] | None,
+        *,
+        size: tuple[int, int] = (100, 30),
+        title: str = "",
+        record_input: bool = False,
+    ) -> TerminalSession | None:
         """The live session for ``key``; opened with ``opener`` when absent (None: only existing).
         Concurrent callers for one key share one open; a caller that goes away does not cancel it
-        (the shell is then closed as idle like any other)."""
+        (the shell is then closed as idle like any other). A session opened here is recorded when
+        the hub has a store (``size``, ``title``: the recording's header; ``record_input``: its
+        keystrokes too)."""
         session = self.sessions.get(key)
         if session is not None and not session.closed:
             return session
@@ -168,20 +197,40 @@ class TerminalHub:
             return None
         pending = self._opening.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(self._open(key, opener))
+            pending = asyncio.ensure_future(self._open(key, opener, size, title, record_input))
             self._opening[key] = pending
             pending.add_done_callback(lambda _done: self._opening.pop(key, None))
         return await asyncio.shield(pending)
 
-    async def _open(self, key: Key, opener: Callable[[], Awaitable[Terminal]]) -> TerminalSession:
+    async def _open(
+        self,
+        key: Key,
+        opener: Callable[[], Awaitable[Terminal]],
+        size: tuple[int, int],
+        title: str,
+        record_input: bool,
+    ) -> TerminalSession:
         term = await opener()
-        session = TerminalSession(key, term, self._ended)
+        recording = None
+        if self.recordings is not None:
+            recording = await self.recordings.start(
+                key[0], key[1], *size, title=title, record_input=record_input
+            )
+        session = TerminalSession(key, term, self._ended, recording)
         session.idle_since = asyncio.get_running_loop().time()  # until the first viewer attaches
         self.sessions[key] = session
         return session
 
     def _ended(self, key: Key) -> None:
         self.sessions.pop(key, None)
+
+    def mark(self, key: Key, label: str) -> bool:
+        """Put a marker into the recording of ``key``'s live session; False when none records."""
+        session = self.sessions.get(key)
+        if session is None or session.closed or session.recording is None:
+            return False
+        session.recording.mark(label)
+        return True
 
     async def close(self, key: Key) -> None:
         session = self.sessions.pop(key, None)

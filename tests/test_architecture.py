@@ -37,7 +37,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("content", ("labserver.content",)),
     ("backends", ("labserver.backends",)),
     ("checks", ("labserver.checks",)),
-    ("shared", ("labserver.live", "labserver.terminals", "labserver.schemas")),
+    (
+        "shared",
+        (
+            "labserver.live",
+            "labserver.terminals",
+            "labserver.recorder",
+            "labserver.sharing",
+            "labserver.schemas",
+        ),
+    ),
     ("services", ("labserver.services",)),
     ("routes", ("labserver.routes",)),
     ("app", ("labserver.app",)),

@@ -77,6 +77,7 @@ class EventPatch(BaseModel):
         None  # ready environments for the event (expected head count); null = server default
     )
     seats_only: bool | None = None  # joining needs a personal code
+    record_input: bool | None = None  # terminal recordings keep keystrokes too (off: output only)
 
 
 class SeatsIn(BaseModel):

@@ -9,7 +9,8 @@ SSE events (``data`` is JSON):
   finished, float seconds, for latency measurements);
 - ``run``: ``{"a": attendee_id, "c": column}`` a check started;
 - ``env``: ``{"a": attendee_id, "state": ...}``;
-- ``help``: the ``help.*`` event (the page reloads the small queue);
+- ``help``: the ``help.*`` event, and ``share.asked|started|ended`` (the page reloads the small
+  queue and the drill-down's shared terminal);
 - ``announcement``, ``pace``, ``event.status``, ``solution.revealed``, ``lab.reset``: passed through;
 - ``resync``: the stream fell behind; reload the grid.
 
@@ -39,6 +40,7 @@ PASS_THROUGH = {
     Kind.lab_reset,
     Kind.resync,
 }
+SHARE_KINDS = {Kind.share_asked, Kind.share_started, Kind.share_ended}  # sent as ``help``
 #: the names of this stream's own SSE events (besides ``ready`` and the pass-through kinds)
 GRID_EVENTS = ("cell", "run", "env", "help")
 #: the live kinds this stream shows: its subscription takes only these (a room's ``check.queued``
@@ -81,7 +83,7 @@ async def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, 
         return None if column is None else ("run", {"a": ev.attendee_id, "c": column})
     if ev.kind == Kind.env_state:
         return "env", {"a": ev.attendee_id, "state": data.get("state"), "env_id": data.get("env_id")}
-    if ev.kind.startswith("help."):
+    if ev.kind.startswith("help.") or ev.kind in SHARE_KINDS:
         return "help", {"kind": ev.kind, "a": ev.attendee_id, **data}
     if ev.kind in PASS_THROUGH:
         return str(ev.kind), {"a": ev.attendee_id, **data}

@@ -163,6 +163,7 @@ def lab_context(request: Request, ctx: AppContext, session: Session, me: Any, la
         "passed": prog.passed,
         "total": len(steps),
         "env": env,
+        "recording": {"enabled": ctx.settings.recording.enabled, "input": me.event.record_input},
         "config": {
             "lab": lab.id,
             "step": current,

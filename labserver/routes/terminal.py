@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -26,8 +26,9 @@ from labserver.i18n import gettext
 from labserver.live import Kind, LiveEvent
 from labserver.models import Environment
 from labserver.routes.deps import Me, instructor_from, resolve_in_own_session, token_from
-from labserver.services import environments
+from labserver.services import environments, help_share
 from labserver.services.context import AppContext
+from labserver.sharing import Share
 from labserver.terminals import RESYNC, TerminalSession
 
 router = APIRouter(prefix="/api/v1", tags=["terminal"])
@@ -44,11 +45,17 @@ async def bridge(
     readonly: bool,
     early: Sequence[Message] = (),
     reading: asyncio.Future[Message] | None = None,
+    share: Share | None = None,
+    on_typed: Callable[[], None] | None = None,
 ) -> None:
     """Pump the shell's output to the socket and the socket's frames to the shell; ``early`` are
     frames that arrived while the environment was starting (handled first, in order), ``reading``
-    a read of the socket already under way then (awaited first: cancelling it could lose a frame)."""
+    a read of the socket already under way then (awaited first: cancelling it could lose a frame).
+    With ``share`` (someone besides the attendee types, with their consent) every frame is checked
+    against it before it is written, ``on_typed`` is called for each keystroke frame, and the
+    socket is closed (4403, "sharing ended") the moment the share ends."""
     queue, scrollback = session.attach()
+    ended: asyncio.Future[Any] | None = asyncio.ensure_future(share.ended.wait()) if share else None
     try:
         if scrollback:
             await ws.send_bytes(scrollback)
@@ -67,33 +74,58 @@ async def bridge(
                     data = SKIPPED + bytes(session.scrollback)
                 await ws.send_bytes(data)
 
+        def may_type() -> bool:
+            return not readonly and (share is None or share.may_type())
+
+        async def frame(msg: Message) -> None:
+            typing = may_type()
+            await handle_frame(session, msg, readonly=not typing)
+            if typing and on_typed is not None and _is_input(msg):
+                on_typed()
+
         for msg in early:
             if msg["type"] == "websocket.disconnect":
                 return
-            await handle_frame(session, msg, readonly=readonly)
+            await frame(msg)
         out_task = asyncio.ensure_future(pump_out())
         try:
             while True:
                 recv = reading or asyncio.ensure_future(ws.receive())
                 reading = None
                 waits: set[asyncio.Future[Any]] = {recv, out_task}
+                if ended is not None:
+                    waits.add(ended)
                 done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if out_task in done:
                     recv.cancel()
                     return
+                if ended is not None and ended in done:
+                    recv.cancel()
+                    await ws.close(code=4403, reason="sharing ended")
+                    return
                 msg = recv.result()
                 if msg["type"] == "websocket.disconnect":
                     return
-                await handle_frame(session, msg, readonly=readonly)
+                await frame(msg)
         finally:
             out_task.cancel()
     except WebSocketDisconnect:
         pass
     finally:
+        if ended is not None:
+            ended.cancel()
         session.detach(queue)
         if ws.application_state != WebSocketState.DISCONNECTED:
             with contextlib.suppress(Exception):
                 await ws.close()
+
+
+def _is_input(msg: Message) -> bool:
+    """Whether a frame is keystrokes (not a resize)."""
+    if msg.get("bytes") is not None:
+        return True
+    text = msg.get("text")
+    return text is not None and '"resize"' not in text
 
 
 async def handle_frame(session: TerminalSession, msg: Message, *, readonly: bool) -> None:
@@ -118,12 +150,29 @@ async def handle_frame(session: TerminalSession, msg: Message, *, readonly: bool
 
 
 async def open_session(
-    ctx: AppContext, ref: EnvRef, lab_id: str, cols: int, rows: int, *, create: bool = True
+    ctx: AppContext,
+    ref: EnvRef,
+    lab_id: str,
+    cols: int,
+    rows: int,
+    *,
+    create: bool = True,
+    title: str = "",
+    record_input: bool = False,
 ) -> TerminalSession | None:
+    """The shell of ``ref`` in ``lab_id`` (opened when ``create``; recorded as the hub records:
+    ``title`` and ``record_input`` go to a new recording)."""
+
     async def opener():  # type: ignore[no-untyped-def]
         return await ctx.backend.terminal(ref, cols, rows, cwd=lab_id)
 
-    return await ctx.terminals.get((ref.env_id, lab_id), opener if create else None)
+    return await ctx.terminals.get(
+        (ref.env_id, lab_id),
+        opener if create else None,
+        size=(cols, rows),
+        title=title,
+        record_input=record_input,
+    )
 
 
 @router.websocket("/labs/{lab_id}/terminal")
@@ -146,7 +195,15 @@ async def attendee_terminal(ws: WebSocket, lab_id: str) -> None:
         ref = await _environment_telling(ctx, ws, me, early, reading)
         cols = int(ws.query_params.get("cols", 100))
         rows = int(ws.query_params.get("rows", 30))
-        session = await open_session(ctx, ref, lab_id, cols, rows)
+        session = await open_session(
+            ctx,
+            ref,
+            lab_id,
+            cols,
+            rows,
+            title=f"{me.attendee.name}: {lab_id}",
+            record_input=me.event.record_input,
+        )
     except BackendError as exc:
         for pending in reading:
             pending.cancel()
@@ -221,13 +278,25 @@ def status_line(lang: str, ev: LiveEvent) -> str:
 @router.websocket("/environments/{env_id}/terminal")
 async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
     """An instructor's view of an attendee's terminal. ``readonly=1`` (the default) never forwards
-    keystrokes. ``lab`` picks which lab's shell (default: the most recently opened)."""
+    keystrokes. ``lab`` picks which lab's shell (default: the most recently opened).
+    ``readonly=0`` (typing) needs ``lab`` and the attendee's consent: an active share of that
+    environment and lab (labserver/sharing.py), else the socket is closed with 4403; the socket
+    is closed with 4403 too the moment the share ends."""
     ctx: AppContext = ws.app.state.ctx
-    if instructor_from(ctx, ws.headers, ws.cookies) is None and not _query_token_ok(ctx, ws):
+    name = instructor_from(ctx, ws.headers, ws.cookies) or (
+        "instructor" if _query_token_ok(ctx, ws) else None
+    )
+    if name is None:
         await ws.close(code=4403, reason="instructor only")
         return
     readonly = ws.query_params.get("readonly", "1") != "0"
     lab_id = ws.query_params.get("lab", "")
+    grant = None
+    if not readonly:
+        grant = ctx.shares.grant(env_id, lab_id)
+        if grant is None:
+            await ws.close(code=4403, reason="the attendee has not accepted sharing this terminal")
+            return
     row = await run_in_threadpool(_environment_row, ctx, env_id)
     if row is None or not row.ref:
         await ws.close(code=4404, reason="no such environment")
@@ -246,7 +315,15 @@ async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
         )
         await ws.close(code=1000)
         return
-    await bridge(ws, session, readonly=readonly)
+    if grant is None:
+        await bridge(ws, session, readonly=readonly)
+        return
+    share = grant
+
+    def typed() -> None:
+        help_share.typed(ctx, share, who=name)
+
+    await bridge(ws, session, readonly=False, share=share, on_typed=typed)
 
 
 def _environment_row(ctx: AppContext, env_id: str) -> Environment | None:

@@ -1,5 +1,5 @@
 """The Check button: run a step's checker against the attendee's environment, commit the result,
-then publish it. The request comes from :func:`labserver.checks.request.check_request`; the
+then publish it (the press and the result are marked in the terminal's recording too). The request comes from :func:`labserver.checks.request.check_request`; the
 environment row is trusted (:func:`~labserver.services.environments.with_environment`), so a check
 costs one status poll (the backend's own, before it runs the checker), not two.
 
@@ -24,7 +24,7 @@ from labserver.content import Lab, Step
 from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
-from labserver.services import check_files, not_gradable, workspace_full
+from labserver.services import check_files, not_gradable, recordings, workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import with_environment
 
@@ -134,6 +134,7 @@ async def _check_once(
     run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
     await asyncio.to_thread(_store, session, run)
     ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
+    recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=f"Check {step.id}")
     try:
         # the row is trusted; the backend polls the engine once before the check (run_check)
         raw = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
@@ -173,6 +174,7 @@ async def _check_once(
         run.finished_at = clock.now()
         await asyncio.to_thread(_store, session, run, files)  # committed before anyone sees it
         publish_finished(ctx, run, attendee)
+        recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=result_label(run))
     return run
 
 
@@ -186,3 +188,9 @@ def _store(session: Session, run: CheckRun, files: list[dict[str, object]] | Non
     session.commit()
     session.refresh(run)
     release(session)
+
+
+def result_label(run: CheckRun) -> str:
+    """The recording's marker for a check's result: ``<step>: <status>: <message, first line>``."""
+    first = run.message.strip().splitlines()[0][:120] if run.message.strip() else ""
+    return f"{run.step_id}: {run.status}" + (f": {first}" if first else "")

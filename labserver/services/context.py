@@ -15,6 +15,7 @@ from labserver.live import LiveHub
 from labserver.services.admission import Admission
 from labserver.services.fair_queue import CheckQueue
 from labserver.services.join_notes import JoinWatch
+from labserver.sharing import ShareBook
 from labserver.terminals import TerminalHub
 
 
@@ -30,6 +31,7 @@ class AppContext:
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
     join_watch: JoinWatch = field(default_factory=JoinWatch)  # user agent + address key per join
+    shares: ShareBook = field(default_factory=ShareBook)  # help with consent (labserver/sharing.py)
     env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     file_locks: dict[str, asyncio.Lock] = field(default_factory=dict)

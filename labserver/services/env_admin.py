@@ -6,8 +6,8 @@
   attendee left running is gone; the local backend's shells are their own sandboxes, gone with
   them) and provisions it again from its existing state (``Backend.create`` is idempotent: the
   workspace is kept). Tests: tests/routes/test_restart_env.py, tests/backends/docker/test_restart_env.py;
-- **recreate** destroys the environment (workspace included) and provisions a fresh one from the
-  starters;
+- **recreate** destroys the environment (workspace and terminal recordings included) and
+  provisions a fresh one from the starters;
 - **reveal** copies the solution files of one step into ``<lab>/.solution/`` of the attendee's
   workspace. A lab has one ``solution/`` folder, so a step's files are those whose path (or file
   name) appears in that step's checker or instructions; when none does, the whole folder is copied.
@@ -28,6 +28,7 @@ from labserver.content import Lab, Step
 from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
+from labserver.services import recordings
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, get_row, ref_of, set_state
 
@@ -59,6 +60,7 @@ async def recreate(ctx: AppContext, session: Session, *, event: Event, attendee:
         if ref is not None:
             await ctx.backend.destroy(ref)
             ctx.admission.room_freed()
+        await recordings.delete_for_environment(ctx, row.id)  # they go with the workspace
         session.refresh(row)
         row.ref = ""
         session.add(row)

@@ -99,7 +99,8 @@ def create(
 def update(ctx: AppContext, session: Session, event: Event, **fields: Any) -> Event:
     """Change any of title, labs, code, capacity, starts_at, ends_at, backend, image, warm_pool
     (ready environments kept for the event: its expected head count; None = the server's setting),
-    seats_only (joining needs a personal code)."""
+    seats_only (joining needs a personal code), record_input (terminal recordings keep keystrokes
+    too; from the next shell opened)."""
     merged: dict[str, Any] = {
         "title": event.title,
         "labs": list(event.labs),
@@ -129,6 +130,8 @@ def update(ctx: AppContext, session: Session, event: Event, **fields: Any) -> Ev
         event.image = str(fields["image"]).strip()
     if fields.get("seats_only") is not None:  # personal codes only (services/seats.py)
         event.seats_only = bool(fields["seats_only"])
+    if fields.get("record_input") is not None:
+        event.record_input = bool(fields["record_input"])
     if "warm_pool" in fields:  # None: back to the server's setting
         size = fields["warm_pool"]
         if size is not None and not 0 <= int(size) <= MAX_WARM_POOL:

@@ -1,7 +1,8 @@
 """The raised-hands queue, and every query on it. Attendees raise, look at and cancel their hand
 (``/api/v1/help``); instructors claim and resolve. Each change is committed, then published with the
 attendee's id, so the attendee's own stream sees ``help.claimed`` ("someone is coming", with ``by``)
-and ``help.resolved``, and every instructor stream sees ``help.*`` too. Routes never query
+and ``help.resolved``, and every instructor stream sees ``help.*`` too. Closing a hand (cancel,
+resolve) ends its shared terminal, if any (services/help_share.py). Routes never query
 ``HelpRequest`` themselves."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from labserver import clock
 from labserver.live import Kind
 from labserver.models import Attendee, HelpRequest, HelpState
 from labserver.schemas import HelpQueueItem
+from labserver.services import help_share
 from labserver.services.context import AppContext
 
 ACTIVE = (HelpState.open, HelpState.claimed)
@@ -82,6 +84,7 @@ def cancel(ctx: AppContext, session: Session, *, attendee: Attendee) -> int:
     session.commit()
     for h in rows:
         ctx.live.publish(Kind.help_cancelled, attendee.event_id, attendee.id, help_id=h.id)
+    help_share.end_for_attendee(ctx, attendee_id=attendee.id, by=attendee.name)
     return len(rows)
 
 
@@ -130,4 +133,5 @@ def resolve(ctx: AppContext, session: Session, *, event_id: int, help_id: int, b
     session.commit()
     session.refresh(h)
     ctx.live.publish(Kind.help_resolved, event_id, h.attendee_id, help_id=h.id, by=by)
+    help_share.end_for_attendee(ctx, attendee_id=h.attendee_id, by=by)
     return h

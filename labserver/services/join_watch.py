@@ -14,7 +14,7 @@ suspicious:
 - ``idle``: the attendee never opened a step but has run checks.
 
 :func:`remove` takes an attendee out of the event for good. Their shells are closed, their
-environment is destroyed (workspace included), their rows are deleted (check runs and their file
+environment is destroyed (workspace and terminal recordings included), their rows are deleted (check runs and their file
 digests, hint opens, step starts, help requests, environment, attendee) and their token stops working. The engine call happens
 before the database changes, and no session is held across it.
 """
@@ -34,8 +34,9 @@ from labserver.models import (
     HintOpen,
     StepStart,
 )
+from labserver.services import recordings
 from labserver.services.context import AppContext
-from labserver.services.environments import ref_of
+from labserver.services.environments import env_id_for, ref_of
 
 SAME_ADDRESS = 3
 SCRIPTED = (
@@ -114,6 +115,7 @@ async def remove(ctx: AppContext, session: Session, *, event: Event, attendee: A
         await ctx.backend.destroy(ref)
     runs = select(CheckRun.id).where(col(CheckRun.attendee_id) == attendee.id)
     session.execute(delete(CheckFiles).where(col(CheckFiles.run_id).in_(runs)))
+    await recordings.delete_for_environment(ctx, env_id or env_id_for(event.id or 0, attendee.id))
     for table, column in (
         (HintOpen, HintOpen.attendee_id),
         (CheckRun, CheckRun.attendee_id),

@@ -321,6 +321,7 @@
         (h.note ? '<div class="note">' + esc(h.note) + '</div>' : '') +
         '<div class="row">' + (h.state === 'claimed' ? '<span class="muted small">' + esc(S.claimed_by) + ' ' + esc(h.claimed_by) + '</span>' :
           '<button type="button" data-act="claim">' + esc(S.claim) + '</button>') +
+        (h.lab ? '<button type="button" data-act="share" data-lab="' + esc(h.lab) + '" title="' + esc($('#help-card').dataset.shareTitle) + '">' + esc($('#help-card').dataset.share) + '</button>' : '') +
         '<button type="button" data-act="resolve" class="primary">' + esc(S.resolve) + '</button></div></li>').join('')
         : '<li class="muted">' + esc(S.no_hands) + '</li>';
       decorate();
@@ -333,6 +334,10 @@
       btn.disabled = true;
       try { await api('POST', '/api/v1/events/' + eventId + '/help/' + li.dataset.help + '/' + btn.dataset.act); }
       catch (e) { alert(S.failed + ' ' + e.message); }
+      if (btn.dataset.act === 'share') {  // the shared terminal is on the drill-down, writable once accepted
+        location.assign('/instructor/events/' + eventId + '/attendees/' + li.dataset.a + '?lab=' + encodeURIComponent(btn.dataset.lab));
+        return;
+      }
       await loadHelp();
     });
 
@@ -625,9 +630,32 @@
     $('#act-recreate').addEventListener('click', () => act('env:recreate', undefined, S.confirm_recreate));
     $('#act-reveal').addEventListener('click', () => act('/api/v1/events/' + eventId + '/attendees/' + aid + '/reveal', { lab: actLab.value, step: actStep.value }, S.confirm_reveal));
 
-    // read-only terminal view
+    // the terminal view: read-only, or typing on a share the attendee accepted (help with consent)
     const box = $('#term');
+    const card = $('.term-card');
     const term = new Terminal({ cursorBlink: false, disableStdin: true, convertEol: false, fontSize: 13, rows: 24 });
+    const encoder = new TextEncoder();
+    let share = null;        // this attendee's asked or active share (GET /api/v1/events/{id}/shares)
+    let writable = false;    // the socket open now types (an active share)
+    term.onData((data) => { if (writable && ws && ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(data)); });
+    function renderShare() {
+      const state = share ? share.state : 'none';
+      card.dataset.shareState = state;
+      document.body.dataset.share = state;
+      $('#term-title').textContent = state === 'active' ? card.dataset.sShared : state === 'asked' ? card.dataset.sAsked : card.dataset.sReadonly;
+      $('#share-stop').hidden = state === 'none';
+    }
+    async function loadShare() {
+      const list = await api('GET', '/api/v1/events/' + eventId + '/shares');
+      const before = share ? share.id + share.state : '';
+      share = list.find((x) => x.attendee_id === aid) || null;
+      renderShare();
+      if ((share ? share.id + share.state : '') !== before) connectTerm();
+    }
+    $('#share-stop').addEventListener('click', async () => {
+      if (share) await api('DELETE', '/api/v1/events/' + eventId + '/shares/' + share.id).catch(() => {});
+      await loadShare();
+    });
     const fit = new FitAddon.FitAddon();
     term.loadAddon(fit);
     term.open(box);
@@ -639,9 +667,12 @@
       if (retry) { clearTimeout(retry); retry = null; }
       if (ws) { ws.onclose = null; ws.close(); ws = null; }
       if (!envId) { $('#term-status').textContent = S.no_terminal; retry = setTimeout(() => load().then(connectTerm, connectTerm), 3000); return; }
-      const lab = $('#term-lab').value;
+      writable = !!(share && share.state === 'active');
+      term.options.disableStdin = !writable;
+      const lab = writable ? share.lab : $('#term-lab').value;
       const proto = location.protocol === 'https:' ? 'wss' : 'ws';
-      ws = new WebSocket(proto + '://' + location.host + '/api/v1/environments/' + encodeURIComponent(envId) + '/terminal?readonly=1' + (lab ? '&lab=' + encodeURIComponent(lab) : ''));
+      ws = new WebSocket(proto + '://' + location.host + '/api/v1/environments/' + encodeURIComponent(envId) + '/terminal?readonly=' + (writable ? '0' : '1') + (lab ? '&lab=' + encodeURIComponent(lab) : ''));
+      box.dataset.writable = String(writable);
       ws.binaryType = 'arraybuffer';
       let first = true;
       ws.onopen = () => { box.dataset.ws = 'open'; };
@@ -652,9 +683,10 @@
         term.write(bytes);
         $('#term-status').textContent = S.live;
       };
-      ws.onclose = () => {
+      ws.onclose = (e) => {
         box.dataset.ws = 'closed';
         $('#term-status').textContent = S.offline;
+        if (e.code === 4403 && writable) { writable = false; loadShare().catch(() => {}); }  // the share ended
         retry = setTimeout(connectTerm, 2000);
       };
     }
@@ -672,7 +704,12 @@
       if (kind === 'env' && d.state === 'ready' && box.dataset.ws !== 'open') connectTerm();
     }));
 
-    load().then(connectTerm, connectTerm);
+    es.addEventListener('help', (m) => {
+      const d = JSON.parse(m.data);
+      if (d.a === aid && String(d.kind).startsWith('share.')) loadShare().catch(() => {});
+    });
+
+    load().then(() => loadShare()).then(connectTerm, connectTerm);
   }
 
   /* ------------------------------------------------------------------------------------------ */

@@ -6,6 +6,8 @@ import { connectLive } from './live.js';
 import { LabTerminal } from './terminal.js';
 import { LabEditor } from './editor.js';
 import { StepChecks } from './check.js';
+import { ShareBanner } from './share.js';
+import './replay.js';
 
 const config = JSON.parse(document.getElementById('lab-config').textContent);
 const labId = config.lab;
@@ -254,3 +256,14 @@ window.addEventListener('live:solution.revealed', (e) => {
 connectLive();
 setSplit(split);
 showTab('terminal');
+
+// ---- help with consent, and my terminal recordings --------------------------------------------
+const shareBanner = document.getElementById('share-banner');
+if (shareBanner) new ShareBanner(shareBanner);
+const recordingsDialog = document.getElementById('recordings-dialog');
+if (recordingsDialog) {
+  document.getElementById('my-recordings').addEventListener('click', () => {
+    recordingsDialog.showModal();
+    document.getElementById('my-recordings-panel').recordings.load();
+  });
+}

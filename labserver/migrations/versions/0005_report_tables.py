@@ -1,7 +1,7 @@
 """hint_opens (the post-event report) and check_files (digests in completion records)
 
-Revision ID: 0006
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-01 16:30:00
 """
 
@@ -9,8 +9,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = "0006"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
