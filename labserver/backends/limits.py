@@ -28,7 +28,14 @@ Mechanism, picked once per server by :func:`detect` (``LABSERVER_LOCAL__LIMITS``
     ``RLIMIT_DATA`` = the memory budget per process (not per environment), and ``nice 10``
     instead of a CPU quota. The fallback that works everywhere, with weaker guarantees.
 
-Whatever the mechanism: no core dumps (``RLIMIT_CORE 0``), at most 8192 open files per process,
+Whatever the mechanism, attendee processes yield the CPU to the server: they run at ``nice 10``
+and their cgroups (the ``labserver`` folder and each environment's) carry a quarter of the default
+CPU weight (``cpu.weight`` 25 on v2, ``cpu.shares`` 256 on v1). On a busy machine the checks of a
+full room queue up, but joins, pages, the live streams and terminals stay answered (the load
+rehearsal, ``bench/rehearsal.py``, saw join p95 climb to seconds when checks and server competed as
+equals). The quota (``cpu.max``) still caps each environment.
+
+And whatever the mechanism: no core dumps (``RLIMIT_CORE 0``), at most 8192 open files per process,
 and no file bigger than 2 GiB (``RLIMIT_FSIZE``; the total is not limited).
 
 A process enters its cgroup before it runs anything of the attendee's: the command line starts
@@ -57,6 +64,9 @@ log = logging.getLogger(__name__)
 
 Mechanism = Literal["cgroup2", "cgroup1", "rlimit", "none"]
 ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+NICE = 10  # attendee processes give way to the server's
+V1_SHARES = 256  # a quarter of the kernel's default 1024
+V2_WEIGHT = 25  # a quarter of the kernel's default 100
 NOFILE = 8192
 #: the largest file an attendee process may write (RLIMIT_FSIZE): the local backend has no
 #: per-workspace disk limit, so this at least stops one file from filling the disk (issue 13 item 10)
@@ -109,7 +119,9 @@ class Limiter:
         return ["--core=0:0", f"--nofile={NOFILE}:{NOFILE}", f"--fsize={FSIZE}:{FSIZE}"]
 
     def nice(self) -> list[str]:
-        return []
+        """``nice -n 10``: an attendee's process gives way to the server's (every mechanism)."""
+        found = shutil.which("nice")
+        return [found, "-n", str(NICE)] if found else []
 
     # -- shared ------------------------------------------------------------------------------
     def acquire(self, group: str, limits: Limits, *, own_uid: bool) -> list[str]:
@@ -154,9 +166,6 @@ class RlimitLimiter(Limiter):
             f"--data={data}:{data}",
         ]
 
-    def nice(self) -> list[str]:
-        found = shutil.which("nice")
-        return [found, "-n", "10"] if found else []
 
 
 def _processes_of(uid: int) -> int:
@@ -225,6 +234,8 @@ class CgroupV1Limiter(_CgroupLimiter):
         period = 100_000
         _write(cpu / "cpu.cfs_period_us", str(period))
         _write(cpu / "cpu.cfs_quota_us", str(max(1000, int(limits.cpus * period))))
+        for folder in (cpu.parent, cpu):  # the labserver folder competes with the server's tasks
+            _write(folder / "cpu.shares", str(V1_SHARES))
         return [folder / "cgroup.procs" for folder in dict.fromkeys((pids, memory, cpu))]
 
 
@@ -244,6 +255,8 @@ class CgroupV2Limiter(_CgroupLimiter):
             _write(folder / "memory.swap.max", "0")
         period = 100_000
         _write(folder / "cpu.max", f"{max(1000, int(limits.cpus * period))} {period}")
+        for weighted in (base, folder):  # the labserver folder competes with the server's cgroup
+            _write(weighted / "cpu.weight", str(V2_WEIGHT))
         return [folder / "cgroup.procs"]
 
 

@@ -57,6 +57,10 @@ def test_cgroup1_writes_pids_memory_and_cpu(tmp_path: Path) -> None:
     assert (group["memory"] / "memory.limit_in_bytes").read_text() == str(512 << 20)
     assert memsw.read_text() == str(512 << 20)
     assert (group["cpu"] / "cpu.cfs_quota_us").read_text() == "150000"
+    assert (
+        (group["cpu"] / "cpu.shares").read_text() == (group["cpu"].parent / "cpu.shares").read_text() == "256"
+    )
+    assert prefix[-3:-1] == [prefix[-3], "-n"] and prefix[-3].endswith("nice") and prefix[-1] == "10"
     assert prefix[:2] == ["/bin/sh", "-c"]
     assert [str(group[c] / "cgroup.procs") for c in limits.V1_CONTROLLERS] == prefix[4:7]
     assert "--core=0:0" in prefix and not any(a.startswith("--nproc") for a in prefix)
@@ -75,6 +79,7 @@ def test_cgroup2_enables_controllers_and_writes_limits(tmp_path: Path) -> None:
     assert (base / "ev1" / "pids.max").read_text() == "64"
     assert (base / "ev1" / "memory.max").read_text() == str(256 << 20)
     assert (base / "ev1" / "cpu.max").read_text() == "50000 100000"
+    assert (base / "ev1" / "cpu.weight").read_text() == (base / "cpu.weight").read_text() == "25"
 
 
 def test_rlimit_fallback_bounds_processes_and_memory_per_process() -> None:

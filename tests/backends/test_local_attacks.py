@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from labserver.backends.base import CheckRequest, EnvRef, EnvSpec, LabSeed, Terminal
+from labserver.backends import limits
 from labserver.backends.local import LocalBackend
 from labserver.checks.verdict import interpret
 from labserver.config import Settings
@@ -112,6 +113,34 @@ def test_shell_runs_unprivileged_with_no_capabilities(attack) -> None:  # type: 
     assert re.search(r"CapBnd:\s+0000000000000000", status), status
     assert re.search(r"NoNewPrivs:\s+1", status), status
     assert "userns-exit=0" not in userns, userns  # no user namespace of its own either
+
+
+def test_attendee_shell_and_commands_give_the_cpu_way_to_the_server(attack) -> None:  # type: ignore[no-untyped-def]
+    """A room's checks and busy loops must not starve the server that answers every page: an
+    attendee's shell and commands run at nice 10 and, under cgroups, with a quarter CPU weight."""
+    backend, settings = attack
+    mine, _ = asyncio.run(two_attendees(backend, settings))
+    res = asyncio.run(backend.exec(mine, ["/bin/sh", "-c", "nice"]))
+    assert res.stdout.decode().strip() == "10", res
+
+    async def in_a_shell() -> tuple[str, str]:
+        term = await backend.terminal(mine, 200, 50, cwd=LAB)
+        try:
+            niceness = await type_in(term, "echo nice=$(nice)", 60)
+            weight = ""
+            if backend.limiter.name in ("cgroup1", "cgroup2"):  # the group lives while the shell does
+                v2 = backend.limiter.name == "cgroup2"
+                base = backend.limiter.bases["unified" if v2 else "cpu"]
+                weight = (
+                    base / limits.safe_name(mine.env_id) / ("cpu.weight" if v2 else "cpu.shares")
+                ).read_text()
+                assert weight.strip() == str(limits.V2_WEIGHT if v2 else limits.V1_SHARES), weight
+            return niceness, weight
+        finally:
+            await term.close()
+
+    niceness, _ = asyncio.run(in_a_shell())
+    assert re.search(r"nice=10\b", niceness), niceness
 
 
 def test_shell_cannot_remount_the_labs_folder_writable(attack) -> None:  # type: ignore[no-untyped-def]

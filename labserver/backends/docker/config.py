@@ -110,12 +110,18 @@ def volume_labels(spec: EnvSpec, *, prefix: str = DEFAULT_PREFIX) -> dict[str, s
     return {LABEL_ENV: spec.env_id, LABEL_INSTANCE: prefix, "labserver.event": str(spec.event_id)}
 
 
+CPU_SHARES = 256
+
+
 def _limits(cpus: float, memory_mb: int, pids: int) -> dict[str, Any]:
     return {
         "nano_cpus": int(cpus * 1e9),
         "mem_limit": f"{memory_mb}m",
         "memswap_limit": f"{memory_mb}m",  # no swap beyond the memory limit
         "pids_limit": pids,
+        # a quarter of the default CPU weight: on a shared host the server (and the engine) stay
+        # answered while a room's checks queue (backends/limits.py does the same locally)
+        "cpu_shares": CPU_SHARES,
     }
 
 

@@ -44,6 +44,7 @@ def test_container_config_is_hardened_and_limited() -> None:
     assert cfg["nano_cpus"] == 1_500_000_000
     assert cfg["mem_limit"] == cfg["memswap_limit"] == "1536m"
     assert cfg["pids_limit"] == 200
+    assert cfg["cpu_shares"] == 256  # a quarter weight: the server stays answered on a busy host
     assert set(cfg["tmpfs"]) == {"/tmp", "/home/lab"}
     assert cfg["volumes"] == {"labserver-ws-ev3-at7": {"bind": "/workspace", "mode": "rw"}}
     assert cfg["working_dir"] == "/workspace"
