@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from labserver.backends.base import CheckRequest, EnvRef, EnvSpec, LabSeed, Terminal
 from labserver.backends import limits
+from labserver.backends.base import CheckRequest, EnvRef, EnvSpec, LabSeed, Terminal
 from labserver.backends.local import LocalBackend
 from labserver.checks.verdict import interpret
 from labserver.config import Settings
