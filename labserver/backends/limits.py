@@ -167,7 +167,6 @@ class RlimitLimiter(Limiter):
         ]
 
 
-
 def _processes_of(uid: int) -> int:
     count = 0
     for entry in os.scandir("/proc"):
