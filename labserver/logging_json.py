@@ -79,6 +79,7 @@ def current() -> dict[str, Any]:
 
 #: attributes every LogRecord has: anything else on a record came from ``extra=``
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
+_STANDARD.add("color_message")  # uvicorn's copy of the message with terminal colours
 
 
 _FIXED = ("ts", "level", "logger", "msg")

@@ -109,7 +109,13 @@ def set_state(
     row.updated_at = clock.now()
     session.add(row)
     session.commit()
-    log.info("environment %s: %s %s", row.id, state, reason, extra={"env_id": row.id, "state": str(state)})
+    log.info(
+        "environment %s: %s%s",
+        row.id,
+        state,
+        f" ({reason})" if reason else "",
+        extra={"env_id": row.id, "state": str(state)},
+    )
     ctx.live.publish(
         Kind.env_state,
         row.event_id,

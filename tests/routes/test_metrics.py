@@ -108,3 +108,23 @@ def test_only_instructors_scrapers_and_configured_networks_read_metrics(tmp_path
         client=("10.1.2.3", 5000),
     ) as c:
         assert c.get("/metrics").status_code == 403
+
+
+def test_the_sample_dashboard_asks_only_for_metrics_the_server_exposes(client: TestClient) -> None:
+    import json
+    import re
+
+    from tests.conftest import REPO
+
+    text = client.get("/metrics", headers=instructor_headers()).text
+    families = {f.name for f in text_string_to_metric_families(text)}
+    dashboard = json.loads((REPO / "provisioning" / "grafana" / "labserver-dashboard.json").read_text())
+    asked = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\blabserver_[a-z_]+", target["expr"])
+    }
+    assert asked, "the dashboard asks for nothing"
+    unknown = {n for n in asked if re.sub(r"_(bucket|count|sum|total)$", "", n) not in families}
+    assert not unknown, f"the dashboard asks for metrics the server does not expose: {unknown}"
