@@ -90,3 +90,21 @@ def test_the_text_format_appends_the_ids_and_json_keeps_extras() -> None:
         logging_json.end(token)
     assert text == "hello you [request_id=r-1 attendee_id=7]"
     assert data["msg"] == "hello you" and data["lab"] == "getting-started" and data["attendee_id"] == 7
+
+
+def test_ids_bound_in_a_worker_thread_or_a_child_task_reach_the_request() -> None:
+    import asyncio
+
+    async def child() -> None:  # a task the request started (a context copy of its own)
+        logging_json.bind(env_id="ev1-at5")
+
+    async def request() -> dict[str, object]:
+        token = logging_json.begin("r-2")
+        try:
+            await asyncio.to_thread(logging_json.bind, attendee_id=5)  # a sync dependency's thread
+            await asyncio.ensure_future(child())
+            return logging_json.current()
+        finally:
+            logging_json.end(token)
+
+    assert asyncio.run(request()) == {"request_id": "r-2", "attendee_id": 5, "env_id": "ev1-at5"}
