@@ -13,7 +13,8 @@ The context is a *mutable object* shared by reference: FastAPI runs sync depende
 threads with a copy of the context, and a background task (an environment start begun at join)
 gets a copy too; a plain ``ContextVar.set`` there would be lost on return, a field set on the shared
 object is seen by the request and by every line it logs afterwards. Outside any request (the
-housekeeping loop) :func:`bind` starts a context for the current task only.
+housekeeping loop, a command) :func:`bind` does nothing: a context begun there would outlive the
+work it describes (a thread's context lasts as long as the thread) and tag unrelated lines.
 
 A line: ``{"ts", "level", "logger", "msg", "request_id", "event_id", "attendee_id", "env_id", ...
 the record's ``extra`` fields, "exc"}``; ids that are unknown are left out."""
@@ -61,11 +62,11 @@ def end(token: contextvars.Token[LogContext | None]) -> None:
 
 
 def bind(**ids: Any) -> None:
-    """Add ids (``event_id``, ``attendee_id``, ``env_id``) to the current context."""
+    """Add ids (``event_id``, ``attendee_id``, ``env_id``) to the current request's context (none
+    outside a request: nothing happens)."""
     ctx = _current.get()
     if ctx is None:
-        ctx = LogContext()
-        _current.set(ctx)
+        return
     for key, value in ids.items():
         if value is not None:
             setattr(ctx, key, value)

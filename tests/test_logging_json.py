@@ -73,6 +73,7 @@ def test_another_request_does_not_inherit_the_ids(
 ) -> None:
     join(client, "Ada")
     settle(app)
+    logging_json.bind(attendee_id=99)  # outside a request: nothing to add to, nothing kept
     logging.getLogger("labserver.test").info("outside any request")
     outside = [x for x in lines(json_lines) if x["msg"] == "outside any request"]
     assert outside and "attendee_id" not in outside[0] and "request_id" not in outside[0]
