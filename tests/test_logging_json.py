@@ -109,3 +109,33 @@ def test_ids_bound_in_a_worker_thread_or_a_child_task_reach_the_request() -> Non
             logging_json.end(token)
 
     assert asyncio.run(request()) == {"request_id": "r-2", "attendee_id": 5, "env_id": "ev1-at5"}
+
+
+def test_thirty_joins_at_once_each_log_their_own_ids(
+    app: FastAPI, client: TestClient, event: Event, json_lines: io.StringIO
+) -> None:
+    import threading
+
+    ids: dict[str, int] = {}
+
+    def one(n: int) -> None:
+        resp = client.post(
+            "/api/v1/join",
+            json={"event_code": EVENT_CODE, "name": f"p{n}"},
+            headers={"X-Request-ID": f"join-{n}"},
+        )
+        ids[f"join-{n}"] = resp.json()["attendee"]["id"]
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    settle(app)
+    assert len(ids) == 30
+    got = lines(json_lines)
+    joined = {x["request_id"]: x["attendee_id"] for x in got if "joined event" in str(x["msg"])}
+    assert joined == ids  # no request's line carries another's attendee
+    for x in got:
+        if x.get("state") in ("provisioning", "ready") and "request_id" in x:
+            assert x["env_id"] == f"ev{event.id}-at{ids[str(x['request_id'])]}", x

@@ -128,3 +128,45 @@ def test_the_sample_dashboard_asks_only_for_metrics_the_server_exposes(client: T
     assert asked, "the dashboard asks for nothing"
     unknown = {n for n in asked if re.sub(r"_(bucket|count|sum|total)$", "", n) not in families}
     assert not unknown, f"the dashboard asks for metrics the server does not expose: {unknown}"
+
+
+def test_thirty_at_once_joins_and_scrapes_on_a_pool_of_two(tmp_path: Path, database_url: str) -> None:
+    import threading
+
+    from sqlmodel import Session
+
+    from labserver.config import DatabaseSettings
+    from labserver.services.events import create_event
+    from tests.conftest import EVENT_CODE, INSTRUCTOR_TOKEN, REPO
+
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        labs_dir=REPO / "labs",
+        instructor_token=INSTRUCTOR_TOKEN,
+        database_url=database_url,
+        db=DatabaseSettings(pool_size=1, max_overflow=1, pool_timeout_s=60),
+    )
+    app = create_app(settings)
+    with Session(app.state.ctx.engine, expire_on_commit=False) as session:
+        create_event(session, title="t", labs=["getting-started"], code=EVENT_CODE)
+    codes: list[int] = []
+    with TestClient(app) as client:
+
+        def joiner(n: int) -> None:
+            resp = client.post("/api/v1/join", json={"event_code": EVENT_CODE, "name": f"p{n}"})
+            codes.append(resp.status_code)
+
+        def scraper() -> None:
+            codes.append(client.get("/metrics", headers=instructor_headers()).status_code)
+
+        threads = [threading.Thread(target=joiner, args=(n,)) for n in range(15)]
+        threads += [threading.Thread(target=scraper) for _ in range(15)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert codes.count(200) == 30, codes
+        settle(app)
+        samples = scrape(client)
+        assert sum(v for k, v in samples.items() if k.startswith("labserver_environments{")) == 15
+        assert app.state.ctx.engine.pool.checkedout() == 0

@@ -156,3 +156,14 @@ def test_every_fix_has_both_languages_with_the_same_fields() -> None:
     for key, (en, zh) in FIXES.items():
         assert en.strip() and re.search(r"[\u4e00-\u9fff]", zh), key
         assert set(re.findall(r"\{(\w+)\}", en)) == set(re.findall(r"\{(\w+)\}", zh)), key
+
+
+def test_the_servers_own_database_is_reachable_at_head(settings: Settings) -> None:
+    """On SQLite, and on PostgreSQL with LABSERVER_TEST_DATABASE_URL (where the clock is compared)."""
+    db.upgrade(db.make_engine(settings.sqlalchemy_url))
+    report = diagnose(settings, port=None)
+    assert the(report, "database").status == Status.ok, report.of("database")
+    assert the(report, "migrations").status == Status.ok and "at head" in the(report, "migrations").detail
+    clock = the(report, "clock")
+    assert clock.status in (Status.ok, Status.warn)
+    assert clock.detail.startswith("SQLite") != settings.sqlalchemy_url.startswith("postgresql")
