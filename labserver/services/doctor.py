@@ -3,7 +3,7 @@ needs, as the server itself would use it, and answers a :class:`Finding`:
 
 | check | looks at | fails (the room cannot be served) when |
 |---|---|---|
-| ``engine`` | each Docker engine (``LABSERVER_DOCKER__HOSTS`` / nodes file): answers, version, API | an engine does not answer or speaks too old an API |
+| ``engine`` | each Docker engine (``LABSERVER_DOCKER__HOSTS`` / nodes file): answers, version, API; or the Kubernetes API server (and ``namespace``) | an engine does not answer or speaks too old an API; the API server does not answer, the namespace is missing |
 | ``images`` | the lab image(s) the event's labs need, on each engine that answered; their tags | an image is missing on an engine |
 | ``sandbox`` | local backend: bubblewrap, measured as the backend measures it at start | isolation is incomplete and ``ALLOW_UNSANDBOXED`` is off (remote attendees are refused) |
 | ``userns`` | user namespaces (``/proc/sys/user/max_user_namespaces``, the Debian and Ubuntu switches) | never (a warning explaining a bubblewrap failure) |
@@ -41,12 +41,14 @@ import docker.errors
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from kubernetes import client as kclient
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from labserver.backends.docker import images as docker_images
 from labserver.backends.docker.engines import nodes_from_settings
 from labserver.backends.docker.scheduler import Node
+from labserver.backends.kubernetes.api import load_configuration
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.content import LabCatalog
@@ -76,6 +78,20 @@ FIXES: dict[str, tuple[str, str]] = {
         "LABSERVER_DOCKER__HOSTS / the nodes file; the server's user needs access to the socket.",
         "启动该机器上的 Docker 引擎（systemctl start docker），或改正 LABSERVER_DOCKER__HOSTS / 节点文件；"
         "运行服务器的用户须能访问该套接字。",
+    ),
+    "k8s-config": (
+        "Set LABSERVER_KUBERNETES__KUBECONFIG (and __CONTEXT) to a kubeconfig of the cluster, or run the "
+        "server in the cluster with its service account (provisioning/kubernetes).",
+        "将 LABSERVER_KUBERNETES__KUBECONFIG（及 __CONTEXT）设为集群的 kubeconfig，或以服务账号在集群内运行服务器（provisioning/kubernetes）。",
+    ),
+    "k8s-down": (
+        "The Kubernetes API server does not answer: check the cluster, the kubeconfig's server address "
+        "and the network between them.",
+        "Kubernetes API 服务器无应答：检查集群、kubeconfig 中的服务器地址以及两者之间的网络。",
+    ),
+    "k8s-namespace": (
+        "Create the namespace {namespace} and the server's RBAC: kubectl apply -k provisioning/kubernetes/base.",
+        "创建命名空间 {namespace} 及服务器的 RBAC：kubectl apply -k provisioning/kubernetes/base。",
     ),
     "engine-old": (
         "Upgrade Docker on that machine to 20.10 or later (Engine API 1.41), or set "
@@ -205,6 +221,8 @@ def diagnose(settings: Settings, *, host: str = "127.0.0.1", port: int | None = 
     steps: list[Callable[[], Iterator[Finding]]] = []
     if settings.backend == "docker":
         steps.append(lambda: _docker_checks(settings))
+    elif settings.backend == "kubernetes":
+        steps.append(lambda: _kubernetes_checks(settings))
     else:
         steps.append(lambda: _local_checks(settings))
     steps += [lambda: _disk(settings), lambda: _database(settings)]
@@ -373,6 +391,40 @@ def _skew(other: str, skew: float) -> Finding:
     if abs(skew) > SKEW_WARN_S:
         return Finding("clock", Status.warn, text, "clock-skew", {"other": other, "skew": f"{abs(skew):.1f}"})
     return Finding("clock", Status.ok, text)
+
+
+# -- kubernetes ------------------------------------------------------------------------------------
+def _kubernetes_checks(settings: Settings) -> Iterator[Finding]:
+    """The API server answers (its version) and the environments' namespace exists. What the
+    nodes hold (images, cards, limits) is the cluster's to report: ``docs/kubernetes.md``."""
+    cfg = settings.kubernetes
+    try:
+        conf = load_configuration(cfg)
+    except Exception as exc:  # noqa: BLE001 (no kubeconfig, no service account)
+        yield Finding("engine", Status.fail, f"no cluster configuration: {_first_line(exc)}", "k8s-config")
+        return
+    conf.retries = 0
+    with kclient.ApiClient(conf) as api:
+        try:
+            version = kclient.VersionApi(api).get_code(_request_timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            yield Finding(
+                "engine", Status.fail, f"{conf.host}: does not answer ({_first_line(exc)})", "k8s-down"
+            )
+            return
+        yield Finding("engine", Status.ok, f"{conf.host}: Kubernetes {version.git_version}")
+        try:
+            kclient.CoreV1Api(api).read_namespace(cfg.namespace, _request_timeout=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 (404, or 403 for want of RBAC)
+            yield Finding(
+                "namespace",
+                Status.fail,
+                f"{cfg.namespace}: {_first_line(exc)}",
+                "k8s-namespace",
+                {"namespace": cfg.namespace},
+            )
+            return
+        yield Finding("namespace", Status.ok, f"{cfg.namespace} exists")
 
 
 # -- the local backend ----------------------------------------------------------------------------

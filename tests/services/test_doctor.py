@@ -167,3 +167,22 @@ def test_the_servers_own_database_is_reachable_at_head(settings: Settings) -> No
     clock = the(report, "clock")
     assert clock.status in (Status.ok, Status.warn)
     assert clock.detail.startswith("SQLite") != settings.sqlalchemy_url.startswith("postgresql")
+
+
+def test_a_kubernetes_api_server_that_does_not_answer_fails(tmp_path: Path) -> None:
+    from labserver.config import KubernetesSettings
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{closed_port()}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    settings = settings_in(
+        tmp_path, backend="kubernetes", kubernetes=KubernetesSettings(kubeconfig=kubeconfig)
+    )
+    report = diagnose(settings, port=None)
+    finding = the(report, "engine")
+    assert finding.status == Status.fail and "does not answer" in finding.detail and not report.ok
+    assert "Kubernetes API" in finding.fix_text("en") and "无应答" in finding.fix_text("zh")
