@@ -1,6 +1,6 @@
 """The ``labserver`` command (typer): ``serve``, ``lint``, ``selftest``, ``check``, ``db``, and the
-commands and groups mounted below from their own modules (``doctor``, ``images``, ``env``,
-``report`` and ``verify``, the self-paced commands). Every sub-command module is imported here by
+commands and groups mounted below from their own modules (``doctor``, ``rehearse``, ``images``,
+``env``, ``report`` and ``verify``, the self-paced commands). Every sub-command module is imported here by
 name: a broken import fails the start loudly."""
 
 from __future__ import annotations

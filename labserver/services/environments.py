@@ -109,13 +109,7 @@ def set_state(
     row.updated_at = clock.now()
     session.add(row)
     session.commit()
-    log.info(
-        "environment %s: %s%s",
-        row.id,
-        state,
-        f" ({reason})" if reason else "",
-        extra={"env_id": row.id, "state": str(state)},
-    )
+    log.info("environment %s: %s %s", row.id, state, reason, extra={"env_id": row.id, "state": str(state)})
     ctx.live.publish(
         Kind.env_state,
         row.event_id,
@@ -204,9 +198,7 @@ async def _ensure(
         except BackendError as exc:
             log.warning("provisioning %s failed: %s (%s) %s", spec.env_id, exc.message, exc.reason, exc.log)
             await asyncio.to_thread(_store, ctx, session, row, None, exc)
-            metrics.env_provisioned(
-                ctx.backend.name, clock.monotonic() - begun, failure=exc.reason or "unknown"
-            )
+            metrics.env_provisioned(ctx.backend.name, clock.monotonic() - begun, failure=exc.reason or "?")
             raise
         await asyncio.to_thread(_store, ctx, session, row, ref, None)
         metrics.env_provisioned(ctx.backend.name, clock.monotonic() - begun)
