@@ -25,10 +25,12 @@ from labserver.body_limit import BodyLimitMiddleware
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.csrf import CSRFMiddleware
+from labserver.http_observe import RequestObserver
 from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
 from labserver.recorder import RecordingStore
 from labserver.routes import api, completion, instructor, pages, progress, recordings, share, terminal
+from labserver.routes import metrics as metrics_route
 from labserver.services import workspace_full
 from labserver.services.admission import Admission, default_limit
 from labserver.services.context import AppContext
@@ -151,7 +153,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ctx = ctx
     app.state.ready = False
     app.add_middleware(CSRFMiddleware, trusted_origins=settings.trusted_origins)
-    app.add_middleware(BodyLimitMiddleware)  # added last: outermost, before anything reads a body
+    app.add_middleware(BodyLimitMiddleware)  # before anything reads a body
+    app.add_middleware(RequestObserver)  # added last: outermost (request id, log context, HTTP latency)
 
     @app.exception_handler(BackendError)
     async def _backend_error(req: Request, exc: BackendError) -> JSONResponse:
@@ -216,7 +219,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404)
         return FileResponse(target)
 
-    for module in (api, terminal, progress, completion, pages, instructor):
+    for module in (api, terminal, progress, completion, pages, instructor, metrics_route):
         app.include_router(module.router)
     for extra in (recordings.router, recordings.instructor, share.attendee, share.instructor):
         app.include_router(extra)

@@ -5,11 +5,12 @@ Nested sections are plain models (``LABSERVER_DOCKER__HOSTS``). Every setting is
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -129,6 +130,27 @@ class LocalSettings(BaseModel):
     cgroup_parent: str = ""  # cgroup under which environments' groups go (default: the server's own)
 
 
+class LogSettings(BaseModel):
+    """What the server logs and how (labserver/logging_json.py, docs/operations.md)."""
+
+    format: Literal["text", "json"] = "text"  # json: one object per line with request/attendee/env ids
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class MetricsSettings(BaseModel):
+    """Who may read ``GET /metrics`` besides an instructor (routes/metrics.py)."""
+
+    token: str = ""  # a bearer token for a Prometheus scraper ('' = none)
+    networks: list[str] = Field(default_factory=list)  # client networks (CIDR) allowed without a token
+
+    @field_validator("networks")
+    @classmethod
+    def _networks_parse(cls, value: list[str]) -> list[str]:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # a ValueError names the bad one at start
+        return value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LABSERVER_", env_nested_delimiter="__", extra="ignore")
 
@@ -153,6 +175,8 @@ class Settings(BaseSettings):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
     recording: RecordingSettings = Field(default_factory=RecordingSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @property
     def sqlalchemy_url(self) -> str:

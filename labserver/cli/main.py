@@ -1,7 +1,7 @@
 """The ``labserver`` command (typer): ``serve``, ``lint``, ``selftest``, ``check``, ``db``, and the
-groups mounted below from their own modules (``images``, ``env``, ``report`` and ``verify``, the
-self-paced commands). Every sub-command module is imported here by name: a broken import fails the
-start loudly."""
+commands and groups mounted below from their own modules (``doctor``, ``rehearse``, ``images``,
+``env``, ``report`` and ``verify``, the self-paced commands). Every sub-command module is imported here by
+name: a broken import fails the start loudly."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from labserver.cli import doctor as doctor_cli
 from labserver.cli import env as env_cli
 from labserver.cli import images as images_cli
 from labserver.cli import rehearse as rehearse_cli
@@ -28,6 +29,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(images_cli.app, name="images")
 app.add_typer(env_cli.app, name="env")
 app.command("rehearse")(rehearse_cli.rehearse_command)
+app.command("doctor")(doctor_cli.doctor)
 
 
 def _settings(**overrides: object) -> Settings:
@@ -45,9 +47,12 @@ def serve(
 ) -> None:
     """Start the server. On first start it opens a default event and prints its join code and the
     instructor token."""
+    import logging.config
+
     import uvicorn
     from sqlmodel import Session
 
+    from labserver import logging_json
     from labserver.app import create_app
     from labserver.services.events import ensure_default_event
 
@@ -63,6 +68,8 @@ def serve(
             token_file.write_text(settings.instructor_token)
             token_file.chmod(0o600)
             token_generated = True
+    logging.config.dictConfig(logging_json.dict_config(settings.log.format, settings.log.level))
+    doctor_cli.warn_at_start(settings, host, port)  # warnings only: the server starts anyway
     application = create_app(settings)
     ctx = application.state.ctx
     with Session(ctx.engine) as session:
@@ -90,7 +97,13 @@ def serve(
     # of a 300 MB server, the loop stopped meanwhile), asyncio spawns with vfork (well under 1 ms);
     # at 10 checks/s uvloop's forks held every stream of the room (bench/rehearsal.py)
     uvicorn.run(
-        application, host=host, port=port, log_level="info", timeout_graceful_shutdown=3, loop="asyncio"
+        application,
+        host=host,
+        port=port,
+        log_config=None,  # configured above (LABSERVER_LOG__FORMAT)
+        log_level=settings.log.level.lower(),
+        timeout_graceful_shutdown=3,
+        loop="asyncio",
     )
 
 

@@ -12,6 +12,7 @@ from fastapi import Depends, HTTPException, Path, Query, Request, WebSocket
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlmodel import Session
 
+from labserver import logging_json
 from labserver.db import release
 from labserver.models import Attendee, Event
 from labserver.services.context import AppContext
@@ -75,6 +76,7 @@ def resolve_attendee(session: Session, token: str) -> Me | None:
     release(session)
     if attendee is None or event is None:
         return None
+    logging_json.bind(event_id=event.id, attendee_id=attendee.id)
     return Me(attendee, event)
 
 

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 
 from sqlmodel import Session, col, select
 
-from labserver import clock
+from labserver import clock, metrics
 from labserver.backends.base import BackendError, CheckRaw, EnvRef
 from labserver.checks.request import check_request
 from labserver.checks.verdict import interpret
@@ -173,6 +173,7 @@ async def _check_once(
     finally:
         run.finished_at = clock.now()
         await asyncio.to_thread(_store, session, run, files)  # committed before anyone sees it
+        metrics.check_finished(run)
         publish_finished(ctx, run, attendee)
         recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=result_label(run))
     return run

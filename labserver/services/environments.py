@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from sqlmodel import Session, select
 
-from labserver import clock, metrics
+from labserver import clock, logging_json, metrics
 from labserver.backends.base import (
     BackendError,
     EnvironmentGone,
@@ -109,6 +109,7 @@ def set_state(
     row.updated_at = clock.now()
     session.add(row)
     session.commit()
+    log.info("environment %s: %s %s", row.id, state, reason, extra={"env_id": row.id, "state": str(state)})
     ctx.live.publish(
         Kind.env_state,
         row.event_id,
@@ -178,6 +179,7 @@ async def _ensure(
     engine calls or the waits (lock, admission queue), and its reads and writes run in a worker
     thread: the event loop never waits for the pool (a connection holder may need the loop)."""
     spec = spec_for(ctx, event, attendee)
+    logging_json.bind(event_id=spec.event_id, attendee_id=spec.attendee_id, env_id=spec.env_id)
     release(session)  # the caller's reads (token, event) end here, before any wait
     async with ctx.env_lock(spec.env_id):
         row = await asyncio.to_thread(_load, session, spec.env_id)
@@ -190,13 +192,16 @@ async def _ensure(
                 return ref, False
             await asyncio.to_thread(_died, ctx, session, row, status.message)
         row = await asyncio.to_thread(_begin, ctx, session, row, spec)
+        begun = clock.monotonic()
         try:
             ref = await admitted_create(ctx, spec)
         except BackendError as exc:
             log.warning("provisioning %s failed: %s (%s) %s", spec.env_id, exc.message, exc.reason, exc.log)
             await asyncio.to_thread(_store, ctx, session, row, None, exc)
+            metrics.env_provisioned(ctx.backend.name, clock.monotonic() - begun, failure=exc.reason or "?")
             raise
         await asyncio.to_thread(_store, ctx, session, row, ref, None)
+        metrics.env_provisioned(ctx.backend.name, clock.monotonic() - begun)
         return ref, True
 
 

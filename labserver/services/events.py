@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
 
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
-from labserver import clock
+from labserver import clock, logging_json
 from labserver.models import Attendee, Event, EventStatus, Seat
+
+log = logging.getLogger(__name__)
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 SEAT_CODE_LENGTH = 10  # a personal code (services/seats.py); event codes are shorter
@@ -159,6 +162,8 @@ def join(session: Session, *, event_code: str, name: str, lang: str = "") -> tup
         session.delete(attendee)
         session.commit()
         raise JoinError("This event is full. Ask the instructor.", code="full")
+    logging_json.bind(event_id=event.id, attendee_id=attendee.id)
+    log.info("attendee %s joined event %s", attendee.id, event.id)
     return attendee, token, event
 
 

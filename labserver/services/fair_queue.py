@@ -32,6 +32,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from labserver import metrics
+
 
 @dataclass(frozen=True)
 class Ticket:
@@ -179,7 +181,7 @@ class CheckQueue:
     async def slot(
         self, attendee_id: int, on_position: Callable[[int], None] | None = None
     ) -> AsyncIterator[None]:
-        ticket = Ticket(attendee_id, next(self._seq))
+        ticket, asked = Ticket(attendee_id, next(self._seq)), self._now()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[ticket] = (fut, on_position)
         self._dispatch()
@@ -194,6 +196,7 @@ class CheckQueue:
                 self._end(attendee_id)
                 self._dispatch()
             raise
+        metrics.note_check_wait(self._now() - asked)
         try:
             yield
         finally:

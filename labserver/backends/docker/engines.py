@@ -29,6 +29,7 @@ import docker
 import docker.errors
 import requests
 
+from labserver import metrics
 from labserver.backends.base import (
     EnvironmentGone,
     EnvSpec,
@@ -93,7 +94,11 @@ class Engines:
     async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """``fn(*args, **kw)`` (a blocking SDK call) on this backend's own threads."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kw))
+        try:
+            return await loop.run_in_executor(self._pool, lambda: fn(*args, **kw))
+        except Exception as exc:
+            metrics.ENGINE_ERRORS.labels("docker", type(exc).__name__).inc()
+            raise
 
     def client(self, node: str) -> docker.DockerClient:
         if node not in self._clients:

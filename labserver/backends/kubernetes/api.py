@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream as kstream
 from websocket import WebSocketException
 
+from labserver import metrics
 from labserver.backends.base import EnvironmentGone, ExecResult, ProvisionError, backoff
 from labserver.backends.kubernetes import problems
 from labserver.backends.kubernetes.manifests import CONTAINER
@@ -143,10 +144,12 @@ class KubeApi:
             try:
                 return await loop.run_in_executor(pool, lambda: fn(*args, **kw))
             except ApiException as exc:
+                metrics.ENGINE_ERRORS.labels("kubernetes", f"http-{_status(exc)}").inc()
                 if _status(exc) in (0, 502, 503, 504):
                     raise Unreachable(f"{_status(exc)} {exc.reason}") from exc
                 raise
             except UNREACHABLE as exc:
+                metrics.ENGINE_ERRORS.labels("kubernetes", type(exc).__name__).inc()
                 raise Unreachable(repr(exc)) from exc
 
         try:
