@@ -114,6 +114,8 @@ class CheckRun(SQLModel, table=True):
     message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     hints: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    # the verdict's tables (labserver.checks.verdict.Verdict.tables): plain-text cells
+    tables: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     log: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     log_truncated: bool = False
     exit_code: int | None = None

@@ -342,6 +342,7 @@ class CheckRunPublic(_Out):
     message: str
     hints: list[str]
     metrics: dict[str, Any]
+    tables: list[dict[str, Any]]  # [{title, columns, rows}]: plain-text cells, shown as text
     log: str
     log_truncated: bool
     exit_code: int | None
@@ -359,6 +360,7 @@ class CheckRunPublic(_Out):
             message=run.message,
             hints=list(run.hints),
             metrics=dict(run.metrics),
+            tables=list(run.tables or []),
             log=run.log,
             log_truncated=run.log_truncated,
             exit_code=run.exit_code,

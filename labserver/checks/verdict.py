@@ -32,6 +32,45 @@ class Verdict:
     message: str
     hints: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    #: ``[{"title": str, "columns": [str], "rows": [[str]]}]``: plain-text cells (the page shows
+    #: them as text, never as HTML or Markdown: a table may quote the attendee's own files)
+    tables: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: caps on the tables of one verdict (labkit.check.table applies the same ones)
+MAX_TABLES, MAX_COLUMNS, MAX_ROWS, MAX_CELL_CHARS = 4, 12, 100, 300
+
+
+def _clean_tables(tables: Any) -> tuple[list[dict[str, Any]] | None, str]:
+    """The verdict's ``tables`` as plain strings within the caps; None and why when malformed."""
+    if not isinstance(tables, list):
+        return None, "The verdict's tables are not a list."
+    out: list[dict[str, Any]] = []
+    for t in tables[:MAX_TABLES]:
+        if not isinstance(t, dict) or not isinstance(t.get("title", ""), str):
+            return None, "A table of the verdict is not an object with a title."
+        columns, rows = t.get("columns"), t.get("rows")
+        if (
+            not isinstance(columns, list)
+            or not isinstance(rows, list)
+            or not all(isinstance(r, list) for r in rows)
+        ):
+            return None, "A table of the verdict has no list of columns and list of rows."
+        cells = [c for row in [columns, *rows] for c in row]
+        if not all(isinstance(c, str | int | float) and not isinstance(c, bool) for c in cells):
+            return None, "A table cell of the verdict is not text or a number."
+        width = min(len(columns), MAX_COLUMNS)
+        out.append(
+            {
+                "title": t.get("title", "")[:MAX_CELL_CHARS],
+                "columns": [str(c)[:MAX_CELL_CHARS] for c in columns[:width]],
+                "rows": [
+                    [str(c)[:MAX_CELL_CHARS] for c in row[:width]] + [""] * (width - len(row))
+                    for row in rows[:MAX_ROWS]
+                ],
+            }
+        )
+    return out, ""
 
 
 def _parse_result(data: bytes) -> tuple[dict[str, Any] | None, str]:
@@ -50,21 +89,26 @@ def _parse_result(data: bytes) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
-def _clean_verdict(obj: dict[str, Any]) -> tuple[bool | None, str, list[str], dict[str, float], str]:
+def _clean_verdict(
+    obj: dict[str, Any],
+) -> tuple[bool | None, str, list[str], dict[str, float], list[dict[str, Any]], str]:
     passed = obj.get("passed")
     if not isinstance(passed, bool):
-        return None, "", [], {}, "The verdict has no boolean 'passed' field."
+        return None, "", [], {}, [], "The verdict has no boolean 'passed' field."
     message = obj.get("message", "")
     hints = obj.get("hints", [])
     metrics = obj.get("metrics", {})
     if not isinstance(message, str) or not isinstance(hints, list) or not isinstance(metrics, dict):
-        return None, "", [], {}, "The verdict's message/hints/metrics have the wrong type."
+        return None, "", [], {}, [], "The verdict's message/hints/metrics have the wrong type."
     clean_metrics: dict[str, float] = {}
     for key, value in metrics.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            return None, "", [], {}, f"Metric {key!r} is not a finite number."
+            return None, "", [], {}, [], f"Metric {key!r} is not a finite number."
         clean_metrics[str(key)] = float(value)
-    return passed, message[:10_000], [str(h)[:2000] for h in hints][:20], clean_metrics, ""
+    tables, problem = _clean_tables(obj.get("tables", []))
+    if tables is None:
+        return None, "", [], {}, [], problem
+    return passed, message[:10_000], [str(h)[:2000] for h in hints][:20], clean_metrics, tables, ""
 
 
 def interpret(raw: CheckRaw, timeout_s: float) -> Verdict:
@@ -83,11 +127,11 @@ def interpret(raw: CheckRaw, timeout_s: float) -> Verdict:
             f"Checker error: {problem}{detail} This is a fault in the checker, "
             "not in your work: the instructor has been told.",
         )
-    passed, message, hints, metrics, problem = _clean_verdict(obj)
+    passed, message, hints, metrics, tables, problem = _clean_verdict(obj)
     if passed is None:
         return Verdict(CheckStatus.error, f"Checker error: {problem}")
     if (passed and code == 0) or (not passed and code == 1):
-        return Verdict(CheckStatus.passed if passed else CheckStatus.failed, message, hints, metrics)
+        return Verdict(CheckStatus.passed if passed else CheckStatus.failed, message, hints, metrics, tables)
     return Verdict(
         CheckStatus.error,
         f"Checker error: its exit status {code} disagrees with its verdict "

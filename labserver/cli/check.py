@@ -58,6 +58,10 @@ def print_verdict(verdict: Verdict, log: str) -> None:
         typer.echo(f"  hint: {hint}")
     for key, value in verdict.metrics.items():
         typer.echo(f"  {key} = {value:g}")
+    for t in verdict.tables:
+        typer.echo(f"\n  {t['title']}\n  " + " | ".join(t["columns"]))
+        for row in t["rows"]:
+            typer.echo("  " + " | ".join(row))
 
 
 def exit_code(verdict: Verdict) -> int:

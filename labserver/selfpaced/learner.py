@@ -179,6 +179,7 @@ def record_check(
                 message=verdict.message,
                 hints=list(verdict.hints),
                 metrics=dict(verdict.metrics),
+                tables=list(verdict.tables),
                 log=raw.log.decode("utf-8", "replace"),
                 log_truncated=raw.log_truncated,
                 exit_code=raw.exit_code,

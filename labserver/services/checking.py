@@ -145,6 +145,7 @@ async def _check_once(
             run.message = workspace_full.message(lang, getattr(ctx.backend, "workspace_mb", 0))
         run.hints = verdict.hints
         run.metrics = verdict.metrics
+        run.tables = verdict.tables
         run.log = raw.log.decode("utf-8", "replace")
         run.log_truncated = raw.log_truncated
         run.exit_code = raw.exit_code

@@ -39,6 +39,18 @@ CHECKERS = {
 
         main(check)
     """),
+    # quotes the attendee's file in a table attached to a failed verdict
+    "quotes": textwrap.dedent("""
+        from pathlib import Path
+        from labkit.check import Failure, main, table
+
+        def check():
+            rows = [line.split("|") for line in Path("log.txt").read_text().splitlines()]
+            table("Your log", ["skill", "why"], rows)
+            raise Failure("not yet")
+
+        main(check)
+    """),
 }
 
 ATTENDEE_CODE = {
@@ -161,6 +173,56 @@ def test_history_lists_my_runs_newest_first(proto_client) -> None:  # type: igno
     second = check(client, headers, "judge")
     runs = client.get("/api/v1/labs/protocol/steps/judge/runs", headers=headers).json()
     assert [r["id"] for r in runs] == [second["id"], first["id"]]
+
+
+def test_a_table_quoting_hostile_attendee_text_comes_back_as_plain_text(proto_client) -> None:  # type: ignore[no-untyped-def]
+    """The attendee's own text (here markup and a Markdown table) reaches the page as the cells
+    of a table, character for character; the page puts each cell in a text node (check.js)."""
+    client, _app = proto_client
+    headers = join(client)
+    hostile = "<script>alert(1)</script>|**accept** <img src=x onerror=alert(2)>\nmtp|| x |"
+    assert (
+        client.put("/api/v1/labs/protocol/files/log.txt", content=hostile, headers=headers).status_code == 200
+    )
+    run = check(client, headers, "quotes")
+    assert run["status"] == "failed" and run["message"] == "not yet"
+    assert run["tables"] == [
+        {
+            "title": "Your log",
+            "columns": ["skill", "why"],
+            "rows": [["<script>alert(1)</script>", "**accept** <img src=x onerror=alert(2)>"], ["mtp", ""]],
+        }
+    ]
+    history = client.get("/api/v1/labs/protocol/steps/quotes/runs", headers=headers).json()
+    assert history[0]["tables"] == run["tables"]
+
+
+@pytest.mark.parametrize(
+    "raw,tables",
+    [
+        (b'"x"', "not a list"),
+        (b'[{"title": "t", "columns": "ab", "rows": []}]', "no list of columns"),
+        (b'[{"title": "t", "columns": ["a"], "rows": [[{"html": "<b>"}]]}]', "not text or a number"),
+        (b'[{"title": 3, "columns": ["a"], "rows": []}]', "with a title"),
+    ],
+)
+def test_a_malformed_table_is_a_checker_error(raw: bytes, tables: str) -> None:
+    verdict = interpret(
+        CheckRaw(1, b'{"passed": false, "message": "no", "tables": ' + raw + b"}", b"", False, False, 0.1), 5
+    )
+    assert verdict.status == CheckStatus.error and tables in verdict.message
+
+
+def test_tables_are_capped() -> None:
+    import json
+
+    big = {"title": "t" * 1000, "columns": [f"c{i}" for i in range(30)], "rows": [["x" * 1000] * 30] * 500}
+    body = json.dumps({"passed": True, "message": "ok", "tables": [big] * 9}).encode()
+    verdict = interpret(CheckRaw(0, body, b"", False, False, 0.1), 5)
+    assert verdict.status == CheckStatus.passed and len(verdict.tables) == 4
+    t = verdict.tables[0]
+    assert len(t["columns"]) == 12 and len(t["rows"]) == 100 and len(t["title"]) == 300
+    assert all(len(row) == 12 and all(len(c) == 300 for c in row) for row in t["rows"])
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,8 @@
   says so, and every request is a well-formed chat completion.
 - The reference decision log rendered into step 7 (and its chart) is what the solution's run
   writes today (tools/render_reference.py --check), so no figure on the lab page is typed in.
+- The rules' reasons read in Chinese in the Chinese log, and the step-7 check hands the
+  attendee's own decision log back as a table of its result, cell by cell as their code wrote it.
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ def test_llm_proposals_are_verified_and_a_bad_answer_falls_back(solved: Path) ->
         final, history = run_workflow(DeployModel(base), load_skills(solved / "skills"), prompts, 6, proposer)
     assert [d["skill"] for d in history][:2] == ["quant_mxfp4_all", "fused_ops"]
     first, second = history[0], history[1]
-    assert first["proposed_by"] == "llm:stub-model" and "saves the most memory" in first["proposal"]
+    assert first["proposed_by"] == "llm:stub-model"
+    said = "4-bit everything saves the most memory"
+    assert first["proposal"] == {"en": said, "zh": said}  # as the model said it
     assert first["decision"] == "reject" and first["why"]["code"] == "verification"
     assert first["why"]["value"] > first["why"]["tol"] and first["after"] is None
     assert (
@@ -133,6 +137,66 @@ def test_llm_proposals_are_verified_and_a_bad_answer_falls_back(solved: Path) ->
         "quant_mxfp4_all" not in json.loads(stub.requests[1]["body"]["messages"][1]["content"])["candidates"]
     )
     assert "llm:stub-model" in render_log(history, "en") and "回滚" in render_log(history, "zh")
+    zh = render_log(history, "zh")
+    assert "大模型 stub-model" in zh and "规则（大模型调用失败：" in zh and "launch-bound" not in zh
+    assert "下发受限：算子下发占这一步的" in zh and second["proposal"]["en"].startswith(
+        "launch-bound: launches are"
+    )
+
+
+def test_the_rules_reasons_are_chinese_in_the_chinese_log() -> None:
+    from labkit.deploy import RuleProposer, source_text
+
+    rules = RuleProposer()
+    cands = {"fused_ops": "fused ops", "quant_mx": "MXFP8/MXFP4 quantisation", "mtp": "MTP speculation"}
+    launch = rules.propose({"ms_per_token": 1.0, "launch_ms": 0.8, "memory_ms": 0.2}, cands, [])
+    memory = rules.propose({"ms_per_token": 1.0, "launch_ms": 0.1, "memory_ms": 0.9}, cands, [])
+    spec = rules.propose({"ms_per_token": 1.0, "launch_ms": 0.3, "memory_ms": 0.2}, {"mtp": "MTP"}, [])
+    assert (launch.skill, launch.reasons) == (
+        "fused_ops",
+        {"en": "launch-bound: launches are 80% of the step", "zh": "下发受限：算子下发占这一步的 80%"},
+    )
+    assert memory.skill == "quant_mx" and memory.reasons["zh"] == "访存受限：权重搬运占这一步的 90%"
+    assert spec.reasons["zh"] == "下一个投机解码技能（下发占 30%，访存占 20%）"
+    assert source_text("rules", "zh") == "规则" and source_text("rules", "en") == "rules"
+
+
+def test_the_check_result_shows_the_attendees_own_log_as_written(solved: Path) -> None:
+    """Step 7's verdict carries the attendee's decision log and staged table as tables, in the
+    check's language; hostile text in the attendee's log comes back character for character (the
+    lab page puts each cell in a text node)."""
+    import os
+
+    log = solved / "agent" / "log.py"
+    hostile = "<script>alert(1)</script> & <b>{value:.2f}x</b>"
+    log.write_text(
+        log.read_text(encoding="utf-8").replace(
+            '"why_accepted": "验证通过，快 {value:.2f}x"', f'"why_accepted": "{hostile}"'
+        ),
+        encoding="utf-8",
+    )
+    read, write = os.pipe()
+    env = {"PATH": "/usr/bin:/bin", "LAB_RESULT_FD": str(write), "LAB_RUN_ID": "t17", "LAB_LANG": "zh"}
+    proc = subprocess.run(
+        [sys.executable, "-I", str(LAB / "checks" / "07_staged_table.py")],
+        cwd=solved,
+        env=env,
+        pass_fds=(write,),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        verdict = json.loads(fh.read())
+    assert proc.returncode == 0 and verdict["passed"], verdict["message"] + proc.stderr
+    decisions, staged = verdict["tables"]
+    assert decisions["title"].startswith("你的决策日志（out/decision_log.zh.md")
+    assert decisions["columns"] == ["#", "技能", "验证", "每 token 毫秒（前 → 后）", "加速", "决定", "原因"]
+    accepted = [row for row in decisions["rows"] if row[5] == "**保留**"]
+    assert accepted and all(row[6].startswith("<script>alert(1)</script> & <b>") for row in accepted)
+    assert staged["columns"][0] == "阶段" and staged["rows"][0][0] == "基线（eager）"
+    assert len(staged["rows"]) == 1 + len(accepted)
 
 
 def test_deploy_llm_flag_needs_an_endpoint(solved: Path) -> None:

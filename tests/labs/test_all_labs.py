@@ -60,6 +60,15 @@ def test_a_broken_solution_fails_the_selftest_naming_the_step(tmp_path: Path) ->
     assert "rstd" in report.failures()[0].verdict.message
 
 
+def test_without_the_starter_phase_only_the_solution_is_checked() -> None:
+    """What the Docker lab test runs for every lab but one: each step's solve and check, in order."""
+    lab = load_lab(REPO / "labs" / "getting-started")
+    assert isinstance(lab, Lab)
+    report = selftest(lab, starter=False, mutants=False)
+    assert report.ok, "\n".join(report.lines())
+    assert [(r.phase, r.step) for r in report.results] == [("solution", s.id) for s in lab.steps]
+
+
 def _lab_with_mutants(tmp_path: Path, mutants: dict[str, dict[str, str]]) -> Lab:
     """getting-started copied to ``tmp_path`` with ``mutants`` ({"step/name": {file: text}})."""
     root = tmp_path / "getting-started"

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
 
 import adref as ar  # noqa: E402
-from labkit.check import Failure, expect, main, msg  # noqa: E402
+from labkit.check import Failure, expect, main, msg, run_function  # noqa: E402
 
 CASES = {"baseline": (), "graph": ("fused_ops", "graph_mode")}
 
@@ -18,8 +18,16 @@ def check() -> tuple[str, dict]:
     ps = ar.prompts("profile")
     n = ar.N_TOKENS
     metrics: dict[str, float] = {}
-    for case, chain in CASES.items():
-        got = ar.run_harness("h_profile", "agent/measure.py", case, ps, n)
+    # both cases in one child; when the attendee's code raises, each case again in its own child
+    # as it is judged, so the first failure reported is the same as with one child per case
+    res = run_function(ar.HARNESS, "h_profile_each", list(CASES), ps, n, timeout=240, memory_mb=3072)
+    batch = (
+        res.value
+        if res.error is None and isinstance(res.value, list) and len(res.value) == len(CASES)
+        else None
+    )
+    for i, (case, chain) in enumerate(CASES.items()):
+        got = batch[i] if batch is not None else ar.run_harness("h_profile", "agent/measure.py", case, ps, n)
         exp = ar.measure(ar.chain(*chain), ps, n)
         expect(
             isinstance(got, dict) and all(k in got for k in exp),

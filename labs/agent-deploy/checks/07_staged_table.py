@@ -1,7 +1,10 @@
 """Step 7: the whole workflow (agent/runner.py run_workflow, agent/log.py) on the checker's
 prompts: every decision's figures are recomputed from the reference skills in the logged order,
 every claimed gain must follow from them, rejected skills are rolled back, and the decision log
-and staged table exist in English and Chinese. The log is printed for review in the browser."""
+and staged table exist in English and Chinese. For review in the browser, the tables of the
+attendee's own decision log and staged table (in the check's language) come back as tables of the
+check result, cell by cell as their code wrote them (the page shows every cell as plain text), and
+the whole log is printed in the check's log."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the attendee's
 
 import adref as ar  # noqa: E402
-from labkit.check import Failure, expect, main, msg  # noqa: E402
+from labkit.check import Failure, expect, main, msg, table  # noqa: E402
 
 FILES = (
     "decision_log.json",
@@ -25,6 +28,41 @@ FILES = (
 REL = 1e-3  # the attendee's skills passed steps 2-5 against the same figures at 1e-4
 
 
+def _md_table(text: str) -> tuple[list[str], list[list[str]]] | None:
+    """The first Markdown table of ``text``: (header cells, body rows), cells as written (only
+    the outer pipes and the spaces around each cell removed); None when there is no table."""
+    block: list[str] = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("|"):
+            block.append(line.strip())
+        elif block:
+            break
+    rows = [
+        [c.strip() for c in re.split(r"(?<!\\)\|", ln.strip("|"))]
+        for ln in block
+        if not re.fullmatch(r"\|?[\s:|-]*-[\s:|-]*\|?", ln)
+    ]
+    return (rows[0], rows[1:]) if rows else None
+
+
+def _show_attendee_tables(files: dict[str, str]) -> None:
+    """The attendee's decision log and staged table, in the check's language, as tables of the
+    check result (pass or fail), so a reviewer reads them on the lab page."""
+    zh = os.environ.get("LAB_LANG", "").startswith("zh")
+    for name, en, cn in (
+        ("decision_log", "Your decision log", "你的决策日志"),
+        ("staged_table", "Your staged table", "你的分阶段表"),
+    ):
+        fname = f"{name}.zh.md" if zh else f"{name}.md"
+        text = files.get(fname)
+        parsed = _md_table(text) if isinstance(text, str) else None
+        if parsed is not None:
+            title = msg(
+                f"{en} (out/{fname}, as your code wrote it)", f"{cn}（out/{fname}，按你的代码写出的原样）"
+            )
+            table(title, *parsed)
+
+
 def _num(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
@@ -33,6 +71,7 @@ def check() -> tuple[str, dict]:
     ps = ar.prompts("staged-table")
     n = ar.N_TOKENS
     res = ar.run_harness("h_workflow", "agent/runner.py", ps, n, timeout=240)
+    _show_attendee_tables(res["files"] if isinstance(res.get("files"), dict) else {})
     hist = res["history"]
     expect(
         isinstance(hist, list) and len(hist) == len(res["skills"]),
@@ -220,10 +259,12 @@ def check() -> tuple[str, dict]:
         msg(
             f"The workflow's log holds up: {len(kept)} skills kept ({', '.join(kept)}), {len(rejected)} rolled back; "
             f"{stages[0][1]:.4f} -> {stages[-1][1]:.4f} ms/token, {total:.2f}x (the talk on Ascend 950: 103.18 -> 17.98 ms, 5.74x; "
-            "the A3 report: 293 -> 28.44 ms, 10.3x). The decision log is in the check log below.",
+            "the A3 report: 293 -> 28.44 ms, 10.3x). Your decision log and staged table are below, "
+            "and the whole log (each decision's evidence) is in the check log.",
             f"工作流的日志经得起核对：保留 {len(kept)} 个技能（{', '.join(kept)}），回滚 {len(rejected)} 个；"
             f"{stages[0][1]:.4f} -> {stages[-1][1]:.4f} ms/token，{total:.2f}x（演讲在昇腾 950 上：103.18 -> 17.98 ms，5.74x；"
-            "A3 报告：293 -> 28.44 ms，10.3x）。决策日志见下方检查日志。",
+            "A3 报告：293 -> 28.44 ms，10.3x）。你的决策日志和分阶段表在下方，"
+            "完整日志（每个决策的依据）在检查日志中。",
         ),
         {
             "baseline_ms": stages[0][1],

@@ -51,6 +51,11 @@ def h_profile(case: str, ps: list[list[int]], n: int) -> dict:
     return _plain(profile(model, ps, n))
 
 
+def h_profile_each(cases: list[str], ps: list[list[int]], n: int) -> list[dict]:
+    """``h_profile(case)`` for each case in one child (one interpreter and torch import)."""
+    return [h_profile(case, ps, n) for case in cases]
+
+
 def h_fused(ps: list[list[int]], n: int, seqs: list[list[int]]) -> dict:
     from agent.verify import verify
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the
 
 import dsparkcheck as dc  # noqa: E402
 import torch  # noqa: E402
-from labkit.check import Failure, main, msg  # noqa: E402
+from labkit.check import Failure, main, msg, run_function  # noqa: E402
 
 HINT = msg(
     "dspark/verify.py: verify_greedy() returns (accepted, emitted) with emitted = accepted draft tokens + one target "
@@ -140,8 +140,25 @@ def check() -> tuple[str, dict[str, float]]:
     prompts = dc.heldout_prompts(3, "loop")
     ties = 0
     ref_acc, got_acc, ref_ms, got_ms = [], [], 0.0, 0.0
-    for tau, p in zip((0.0, 0.6, 0.9), prompts, strict=True):
-        (r,) = dc.call("decode", dc.WEIGHTS, [p], N, tau, hint=HINT)
+    taus = (0.0, 0.6, 0.9)
+    # the three runs in one child; when the attendee's code raises, each run again in its own
+    # child as it is judged, so the failure reported is the same as with one child per run
+    batch = run_function(
+        dc.HARNESS,
+        "decode_each",
+        dc.WEIGHTS,
+        list(zip(prompts, taus, strict=True)),
+        N,
+        timeout=180,
+        memory_mb=2048,
+    )
+    runs = (
+        batch.value
+        if batch.error is None and isinstance(batch.value, list) and len(batch.value) == 3
+        else None
+    )
+    for i, (tau, p) in enumerate(zip(taus, prompts, strict=True)):
+        (r,) = [runs[i]] if runs is not None else dc.call("decode", dc.WEIGHTS, [p], N, tau, hint=HINT)
         ref, margins = dc.ref_greedy(p, N)
         tie = dc.expect_lossless(r["tokens"], ref, margins, "dspark_decode()", HINT)
         ties += tie

@@ -142,6 +142,11 @@ def verify(
     return {"greedy": g, "residual": r, "samples": samples}
 
 
+def decode_each(weights: str, cases: list[tuple[list[int], float | None]], n: int) -> list[dict[str, Any]]:
+    """``decode(weights, [prompt], n, tau)[0]`` for each ``(prompt, tau)``: one child for several runs."""
+    return [decode(weights, [p], n, tau)[0] for p, tau in cases]
+
+
 def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) -> list[dict[str, Any]]:
     """The attendee's loop, with every draft_block call and every target pass recorded."""
     dmod = importlib.import_module("dspark.draft")

@@ -23,8 +23,15 @@ HINT = msg(
 def check() -> tuple[str, dict[str, float]]:
     reqs = dc.requests(2, 40, 12)
     ref, _ = dc.reference_logits(reqs, 40)
-    serial = dc.serve(reqs, 40, {**BASE, "KT_SIDE_STREAM": 0}, HINT, logits=False)
-    side = dc.serve(reqs, 40, {**BASE, "KT_SIDE_STREAM": 1}, HINT, trace=True)
+    runs = dc.serve_all(
+        [
+            {"reqs": reqs, "prefill_len": 40, "overrides": {**BASE, "KT_SIDE_STREAM": 0}, "logits": False},
+            {"reqs": reqs, "prefill_len": 40, "overrides": {**BASE, "KT_SIDE_STREAM": 1}, "trace": True},
+        ],
+        HINT,
+    )
+    serial = runs[0].result()
+    side = runs[1].result()
     err = dc.compare_logits(side, ref, msg("With the side stream", "使用旁路流时"), HINT)
     on_side = sum(v["busy_ms"] for k, v in serial["streams"].items() if k != "main")
     if on_side > 0:

@@ -124,8 +124,20 @@ def check() -> tuple[str, dict[str, float]]:
     cfg = dc.ckpt().cfg
     reqs = dc.requests(4, 96, 24)
     ref, traces = dc.reference_logits(reqs, 96)
-    static = dc.serve(reqs, 96, {**BASE, "KT_DYNAMIC_RESIDENT": 0}, HINT_SWAP, logits=False)
-    dyn = dc.serve(reqs, 96, {**BASE, "KT_DYNAMIC_RESIDENT": 1}, HINT_SWAP)
+    runs = dc.serve_all(
+        [
+            {
+                "reqs": reqs,
+                "prefill_len": 96,
+                "overrides": {**BASE, "KT_DYNAMIC_RESIDENT": 0},
+                "logits": False,
+            },
+            {"reqs": reqs, "prefill_len": 96, "overrides": {**BASE, "KT_DYNAMIC_RESIDENT": 1}},
+        ],
+        HINT_SWAP,
+    )
+    static = runs[0].result()
+    dyn = runs[1].result()
     err = dc.compare_logits(dyn, ref, msg("With dynamic residency", "动态驻留时"), HINT_SWAP)
     for i, (req, trace) in enumerate(zip(dyn["requests"], traces, strict=True)):
         counts = dc.counts_of(trace, cfg.n_layers, cfg.n_routed_experts)

@@ -45,10 +45,21 @@ def env_file() -> dict[str, str]:
     return out
 
 
-def prefill_ms(n: int, stream: bool) -> float:
-    reqs = dc.requests(1, n, 0, seed=1, first=list(TOPICS).index("music"))
-    got = dc.serve(reqs, n, {**BENCH, "KT_PREFILL_STREAM": int(stream)}, HINT, logits=False)
-    return float(got["requests"][0]["prefill_ms"])
+def prefill_runs(points: list[tuple[int, bool]]) -> list[dc.Served]:
+    """bench_prefill.py's measurement of each (prompt length, streamed) point, in one child."""
+    music = list(TOPICS).index("music")
+    return dc.serve_all(
+        [
+            {
+                "reqs": dc.requests(1, n, 0, seed=1, first=music),
+                "prefill_len": n,
+                "overrides": {**BENCH, "KT_PREFILL_STREAM": int(stream)},
+                "logits": False,
+            }
+            for n, stream in points
+        ],
+        HINT,
+    )
 
 
 def check() -> tuple[str, dict[str, float]]:
@@ -59,7 +70,26 @@ def check() -> tuple[str, dict[str, float]]:
     n_long = dc.run_choice("long", [144, 160, 176, 192])
     long_reqs = dc.requests(1, n_long, 0)
     ref, _ = dc.reference_logits(long_reqs, n_long)
-    got = dc.serve(long_reqs, n_long, {**STREAM, "KT_PREFILL_STREAM_CHUNK": chunk}, HINT)
+    # the threshold's boundary: a prompt of exactly the threshold streams, one token shorter does not
+    edge = dc.run_choice("threshold", [40, 48, 56, 64])
+    pair = dc.requests(2, edge, 1)
+    long_run, edge_served = dc.serve_all(
+        [
+            {
+                "reqs": long_reqs,
+                "prefill_len": n_long,
+                "overrides": {**STREAM, "KT_PREFILL_STREAM_CHUNK": chunk},
+            },
+            {
+                "reqs": pair,
+                "prefill_len": [edge - 1, edge],
+                "overrides": {**STREAM, "KT_PREFILL_STREAM_THRESHOLD": edge},
+                "logits": False,
+            },
+        ],
+        HINT,
+    )
+    got = long_run.result()
     req = got["requests"][0]
     if not req["streamed_prefill"]:
         raise Failure(
@@ -103,12 +133,7 @@ def check() -> tuple[str, dict[str, float]]:
             ),
             [HINT],
         )
-    # the threshold's boundary: a prompt of exactly the threshold streams, one token shorter does not
-    edge = dc.run_choice("threshold", [40, 48, 56, 64])
-    pair = dc.requests(2, edge, 1)
-    edge_run = dc.serve(
-        pair, [edge - 1, edge], {**STREAM, "KT_PREFILL_STREAM_THRESHOLD": edge}, HINT, logits=False
-    )
+    edge_run = edge_served.result()
     flags = [r["streamed_prefill"] for r in edge_run["requests"]]
     if flags != [False, True]:
         raise Failure(
@@ -154,9 +179,9 @@ def check() -> tuple[str, dict[str, float]]:
     others = [(n, p) for n in lengths for p in (False, True) if n not in (lo, hi)]
     points = [(n, p) for n in (lo, hi) if n for p in (False, True)]
     points += [dc.run_choice("point", others)] if others else []
-    for n, is_stream in points:
+    for (n, is_stream), run in zip(points, prefill_runs(points), strict=True):
         name, values = ("stream_ms", stream) if is_stream else ("hybrid_ms", hybrid)
-        mine = prefill_ms(n, is_stream)
+        mine = float(run.result()["requests"][0]["prefill_ms"])
         theirs = values[lengths.index(n)]
         if abs(mine - theirs) > 1e-3 * mine:
             raise Failure(

@@ -116,6 +116,45 @@ def serve(
         timeout=timeout,
         memory_mb=3072,
     )
+    return _judge_served(value, overrides, hint)
+
+
+@dataclasses.dataclass
+class Served:
+    """One :func:`serve` run of :func:`serve_all`: :meth:`result` judges it as ``serve()`` does,
+    at the point where the checker calls it."""
+
+    case: dict[str, Any]
+    hint: str
+    value: dict[str, Any] | None  # None: the batch raised, so this case runs on its own
+
+    def result(self) -> dict[str, Any]:
+        if self.value is None:
+            return serve(**self.case, hint=self.hint)
+        return _judge_served(self.value, self.case["overrides"], self.hint)
+
+
+def serve_all(cases: list[dict[str, Any]], hint: str, timeout: float = 120) -> list[Served]:
+    """Several :func:`serve` runs (each ``{reqs, prefill_len, overrides[, logits, trace]}``) in
+    one child process: one interpreter, one ``import torch``, one checkpoint load for all, each
+    case on a fresh engine and emulated session. When the attendee's code raises in any case,
+    every case runs again in its own child when its result is asked for, so the checker reports
+    the same failure, in the same order, as with one ``serve()`` per case."""
+    full = [{"logits": True, "trace": False, **c} for c in cases]
+    res = run_function(
+        HARNESS,
+        "serve_each",
+        [[c["reqs"], c["prefill_len"], c["overrides"], c["logits"], c["trace"]] for c in full],
+        timeout=timeout * len(full),
+        memory_mb=3072,
+    )
+    values = res.value if res.error is None and isinstance(res.value, list) else [None] * len(full)
+    if len(values) != len(full):
+        values = [None] * len(full)
+    return [Served(c, hint, v) for c, v in zip(full, values, strict=True)]
+
+
+def _judge_served(value: Any, overrides: dict[str, Any], hint: str) -> dict[str, Any]:
     if not isinstance(value, dict) or "requests" not in value:
         raise Failure(
             msg(

@@ -109,6 +109,12 @@ def serve(
     return out
 
 
+def serve_each(cases: list[list[Any]]) -> list[dict[str, Any]]:
+    """``serve(*case)`` for every case, in order (one child for several runs; each run builds its
+    own engine in its own emulated session)."""
+    return [serve(*case) for case in cases]
+
+
 def plan_tags(overrides: dict[str, object]) -> dict[str, int]:
     """The attendee's ``plan_memory()`` under the recipe with ``overrides``."""
     from offload import plan, recipe

@@ -44,6 +44,7 @@ __all__ = [
     "get_format",
     "mx_linear",
     "pack_fp4",
+    "quantize_dequantize",
     "quantize_mx",
     "shared_exponent",
     "unpack_fp4",
@@ -218,6 +219,36 @@ def quantize_mx(x: torch.Tensor, fmt: str | MXFormat = "mxfp4", axis: int = -1) 
     return MXTensor(codes, scale_codes.movedim(-1, ax).contiguous(), f, tuple(x.shape), ax, x.dtype)
 
 
+def quantize_dequantize(x: torch.Tensor, fmt: str | MXFormat) -> tuple[torch.Tensor, int]:
+    """``(dequantize(quantize_mx(x, fmt, -1), torch.float32), quantize_mx(x, fmt, -1).nbytes)``,
+    bit for bit, without building the codes: the same scale rule, rounding, saturation and NaN
+    blocks, with no packing, table decode or layout moves. For activations that are quantized and
+    used at once (a W8A8 / W4A8 linear); about twice as fast on the small tensors of a decode step."""
+    f = get_format(fmt)
+    if x.ndim == 0:
+        raise ValueError("quantize_dequantize needs at least one dimension")
+    xf = x.detach().to("cpu", torch.float32)
+    n = xf.shape[-1]
+    nb = max(1, math.ceil(n / BLOCK_SIZE))
+    blocks = torch.nn.functional.pad(xf, (0, nb * BLOCK_SIZE - n)).reshape(*xf.shape[:-1], nb, BLOCK_SIZE)
+    amax = blocks.abs().amax(-1, keepdim=True)  # NaN or inf exactly where the block holds one
+    bad = ~torch.isfinite(amax)
+    a = amax.nan_to_num(0.0, posinf=0.0)
+    _, e = torch.frexp(a)  # exact in float32 as in shared_exponent()'s float64, subnormals included
+    se = torch.where(a > 0, (e - 1 - f.emax).clamp(-127, 127), torch.full_like(e, -127)).to(torch.float32)
+    # 2**-se is a normal float32 for every se in [-127, 125], so one rounding, as in float64 then a cast
+    scaled = torch.ldexp(blocks, -se).clamp(-f.max, f.max)
+    if f.bits == 4:
+        values = decode_e2m1(encode_e2m1(scaled))
+    else:
+        values = scaled.nan_to_num(0.0).to(f.torch_dtype).to(torch.float32)
+    scale = torch.where(bad, float("nan"), torch.ldexp(torch.ones_like(se), se))
+    out = (torch.where(bad, 0.0, values) * scale).reshape(*xf.shape[:-1], nb * BLOCK_SIZE)
+    rows = xf.numel() // n if n else 0
+    code_bytes = rows * ((n + 1) // 2) if f.bits == 4 else xf.numel()
+    return out[..., :n], int(code_bytes + rows * nb)
+
+
 def dequantize(mx: MXTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Element value times its block scale; NaN in blocks whose scale is 0xFF."""
     values = mx.element_values().movedim(mx.axis, -1)
@@ -254,10 +285,9 @@ def mx_linear(
     xq = x
     act_bytes = x.numel() * x.element_size()
     if act_fmt is not None:
-        x_mx = quantize_mx(x, act_fmt, -1)
-        xq = dequantize(x_mx, torch.float32)
-        _account("dynamic_mx_quant", 4.0 * x.numel(), act_bytes + x_mx.nbytes, get_format(act_fmt).name)
-        act_bytes = x_mx.nbytes
+        xq, x_bytes = quantize_dequantize(x, act_fmt)
+        _account("dynamic_mx_quant", 4.0 * x.numel(), act_bytes + x_bytes, get_format(act_fmt).name)
+        act_bytes = x_bytes
     out = xq.to(torch.float32) @ dequantize(w_mx, torch.float32).t()
     if bias is not None:
         out = out + bias.to(torch.float32)

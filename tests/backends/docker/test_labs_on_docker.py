@@ -1,7 +1,9 @@
-"""Every lab's self-test on the Docker backend: the starter fails each check and the solution passes
-each, with checks in grader containers from the cpu-emu image (the image carries what labs need, and
-the lab's files are read-only there). The mutants run on Docker for one lab (getting-started): they
-prove the same checkers on the local backend in tests/labs, and the Docker path once.
+"""Every lab's solution on the Docker backend: each step's check passes, in grader containers from
+the cpu-emu image (the image carries what every lab needs, and the lab's files are read-only there:
+sanavideo's deploy check once wrote into its folder and errored only here). The whole self-test
+(starter fails each check, every mutant fails its step) runs on Docker for one lab
+(getting-started): for the other labs the starter and mutant phases prove the same checkers on the
+local backend in tests/labs, and the Docker path is proven once.
 `make labs` runs this file beside the local self-tests, on both cores."""
 
 from __future__ import annotations
@@ -33,9 +35,8 @@ def test_selftest_on_docker(lab_dir, tmp_path, cpu_emu_image: str) -> None:  # t
     async def go():  # type: ignore[no-untyped-def]
         backend = DockerBackend(settings)
         try:
-            return await run_selftest(
-                lab, settings=settings, backend=backend, mutants=lab.id == "getting-started"
-            )
+            whole = lab.id == "getting-started"
+            return await run_selftest(lab, settings=settings, backend=backend, mutants=whole, starter=whole)
         finally:
             await backend.aclose()
 

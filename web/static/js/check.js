@@ -95,6 +95,14 @@ export class StepChecks {
       parts.push(el('table', { class: 'result-metrics' }, el('caption', { text: t('metrics') }),
         metrics.map(([k, v]) => el('tr', {}, el('th', { text: k }), el('td', { text: typeof v === 'number' ? +v.toPrecision(6) : String(v) })))));
     }
+    // tables the checker attached (e.g. the attendee's own decision log): every cell is a text
+    // node, so whatever a cell quotes from the attendee's files shows as written, never as markup
+    for (const table of run.tables || []) {
+      parts.push(el('div', { class: 'result-table-wrap' }, el('table', { class: 'result-table' },
+        el('caption', { text: table.title }),
+        el('thead', {}, el('tr', {}, table.columns.map((c) => el('th', { scope: 'col', text: c })))),
+        el('tbody', {}, table.rows.map((row) => el('tr', {}, row.map((c) => el('td', { text: c }))))))));
+    }
     if (run.log) {
       parts.push(el('details', { class: 'result-log', open: run.status === 'error' || undefined },
         el('summary', { text: t('log') }), el('pre', { text: run.log })));

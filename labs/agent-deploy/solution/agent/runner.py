@@ -79,8 +79,8 @@ def try_skill(model, skill, prompts, n, profile_name=PROFILE, before=None):
 def run_workflow(model, skills, prompts, n, proposer=None, profile_name=PROFILE):
     """Until every skill has been tried: profile, ask the proposer (rules when ``None``), try the
     proposed skill. Returns ``(final model, decisions)``; each decision also carries who
-    proposed it and why (``proposed_by``, ``proposal``: use ``propose_with_fallback``), the
-    profile it was proposed from (``profile``: launch_ms, compute_ms, memory_ms, bound) and
+    proposed it and why (``proposed_by``: the proposal's ``source``; ``proposal``: its ``reasons``,
+    in English and Chinese; use ``propose_with_fallback``), the profile it was proposed from (``profile``: launch_ms, compute_ms, memory_ms, bound) and
     ``cumulative``: the baseline's ms per token over the current model's after this decision."""
     remaining = dict(skills)
     history = []
@@ -100,7 +100,7 @@ def run_workflow(model, skills, prompts, n, proposer=None, profile_name=PROFILE)
             model, remaining.pop(proposal.skill), prompts, n, profile_name, before=prof
         )
         decision["proposed_by"] = proposal.source
-        decision["proposal"] = proposal.reason
+        decision["proposal"] = proposal.reasons
         decision["profile"] = {k: brief[k] for k in ("launch_ms", "compute_ms", "memory_ms", "bound")}
         now = decision["after"] if decision["decision"] == "accept" else decision["before"]
         decision["cumulative"] = baseline / now["ms_per_token"]

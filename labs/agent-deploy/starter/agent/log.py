@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from labkit.deploy import source_text
+
 T = {
     "en": {
         "title": "Decision log",
@@ -55,6 +57,14 @@ def why_text(d, lang="en"):
     return T[lang][f"why_{w['code']}"].format(**w)
 
 
+def _proposal(d, lang="en"):
+    """The proposer's reason in ``lang`` (``Proposal.reasons``; a plain string is shown as it is)."""
+    p = d.get("proposal", "")
+    if isinstance(p, dict):
+        return str(p.get(lang) or p.get("en", ""))
+    return str(p)
+
+
 def _check_text(v, lang="en"):
     limit = "limit" if lang == "en" else "上限"
     return f"{v['metric']} = {v['value']:.4g} ({limit} {v['tol']:g}) {'✓' if v['passed'] else '✗'}"
@@ -74,7 +84,7 @@ def render_log(history, lang="en"):
         lines += ["", f"### {i}. `{d['skill']}`: {t[d['decision']]}", ""]
         lines.append(f"- {t['what']}: {d['what'][lang]}")
         if "proposed_by" in d:
-            lines.append(f"- {t['proposed']}: {d['proposed_by']}: {d['proposal']}")
+            lines.append(f"- {t['proposed']}: {source_text(d['proposed_by'], lang)}: {_proposal(d, lang)}")
         if "profile" in d:
             bound_zh = {"launch": "下发", "compute": "计算", "memory": "访存"}.get(
                 d["profile"]["bound"], d["profile"]["bound"]

@@ -27,7 +27,7 @@ from .runner import (
     run_function,
     run_script,
 )
-from .verdict import Failure, failed, main, msg, passed, result
+from .verdict import Failure, failed, main, msg, passed, result, table
 
 __all__ = [
     "AttendeeError",
@@ -48,6 +48,7 @@ __all__ = [
     "result",
     "run_function",
     "run_script",
+    "table",
 ]
 
 if _os.environ.get("LAB_RESULT_FD"):

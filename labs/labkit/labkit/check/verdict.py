@@ -1,7 +1,7 @@
 """The checker's side of the result protocol (DESIGN.md, "The checker protocol").
 
 A checker ends with exactly one verdict: a JSON object ``{"passed", "message", "hints",
-"metrics"}`` written to the inherited pipe whose descriptor number is in ``LAB_RESULT_FD``,
+"metrics"}`` (and ``"tables"`` when the checker attached any with :func:`table`) written to the inherited pipe whose descriptor number is in ``LAB_RESULT_FD``,
 followed by exit status 0 (passed) or 1 (failed). Anything else (a crash, no verdict, a
 disagreement between verdict and exit code) is a *checker error* for the server.
 
@@ -20,10 +20,33 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
-__all__ = ["Failure", "failed", "main", "msg", "passed", "result"]
+__all__ = ["Failure", "failed", "main", "msg", "passed", "result", "table"]
 
 MAX_MESSAGE_CHARS = 8000
 MAX_HINTS = 20
+#: caps of the tables a verdict carries (the server enforces the same ones)
+MAX_TABLES, MAX_COLUMNS, MAX_ROWS, MAX_CELL_CHARS = 4, 12, 100, 300
+
+_TABLES: list[dict] = []
+
+
+def _cell(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
+
+
+def table(title: str, columns: Iterable[object], rows: Iterable[Iterable[object]]) -> None:
+    """Attach a table to this check's verdict, pass or fail (the lab page shows it under the
+    message; ``labserver check`` prints it). Cells are plain text, shown as written, never as
+    HTML or Markdown, so a table may quote the attendee's own files. At most ``MAX_TABLES``
+    tables of ``MAX_COLUMNS`` columns and ``MAX_ROWS`` rows; longer cells are cut."""
+    cols = [_cell(c) for c in columns][:MAX_COLUMNS]
+    body = [[_cell(c) for c in row][: len(cols)] for row in rows]
+    if len(body) > MAX_ROWS:
+        body = body[: MAX_ROWS - 1] + [[f"… {len(body) - MAX_ROWS + 1} more rows"] + [""] * (len(cols) - 1)]
+    body = [row + [""] * (len(cols) - len(row)) for row in body]
+    if len(_TABLES) < MAX_TABLES:
+        _TABLES.append({"title": _cell(title), "columns": cols, "rows": body})
 
 
 def msg(en: str, zh: str) -> str:
@@ -62,12 +85,15 @@ def _verdict(
     message = str(message)
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[: MAX_MESSAGE_CHARS - 20] + "\n... (truncated)"
-    return {
+    out = {
         "passed": bool(passed),
         "message": message,
         "hints": hint_list[:MAX_HINTS],
         "metrics": _clean_metrics(metrics),
     }
+    if _TABLES:
+        out["tables"] = list(_TABLES)
+    return out
 
 
 def _flush() -> None:
@@ -119,6 +145,9 @@ def _readable(verdict: dict) -> str:
     lines = [f"{head}: {verdict['message']}"]
     lines += [f"  hint: {h}" for h in verdict["hints"]]
     lines += [f"  {k} = {v}" for k, v in verdict["metrics"].items()]
+    for t in verdict.get("tables", []):
+        lines += ["", f"  {t['title']}", "  " + " | ".join(t["columns"])]
+        lines += ["  " + " | ".join(row) for row in t["rows"]]
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ from .propose import (
     RuleProposer,
     parse_answer,
     propose_with_fallback,
+    source_text,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "group_of",
     "parse_answer",
     "propose_with_fallback",
+    "source_text",
 ]

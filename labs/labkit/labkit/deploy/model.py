@@ -340,16 +340,15 @@ class DeployModel:
         xq = x
         act_bytes = float(x.numel() * x.element_size())
         if act is not None:
-            x_mx = mx.quantize_mx(x, act, -1)
-            xq = mx.dequantize(x_mx, torch.float32)
+            xq, x_bytes = mx.quantize_dequantize(x, act)
             emu.account(
                 "dynamic_mx_quant",
                 flops=4.0 * x.numel(),
-                bytes=act_bytes + x_mx.nbytes,
+                bytes=act_bytes + x_bytes,
                 fused=True,
                 dtype=mx.get_format(act).name,
             )
-            act_bytes = float(x_mx.nbytes)
+            act_bytes = float(x_bytes)
         out = (xq.to(torch.float32) @ hit[1]).to(x.dtype)
         emu.account(
             "mx_matmul",

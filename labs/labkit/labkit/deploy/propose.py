@@ -36,8 +36,32 @@ _SPEC = ("mtp", "specul", "draft")
 @dataclass(frozen=True)
 class Proposal:
     skill: str
-    reason: str
+    reason: str  # English (a language model's reason as it answered)
     source: str  # "rules" | "llm:<model>" | "rules (llm failed: ...)"
+    reason_zh: str = ""  # the rules' reason in Chinese ("" for a model's answer: shown as it is)
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        """``{"en": ..., "zh": ...}``: what a decision log records, so each language's log reads
+        in its own language."""
+        return {"en": self.reason, "zh": self.reason_zh or self.reason}
+
+
+_KIND_ZH = {"launch": "减少下发的", "memory": "减少访存的", "spec": "投机解码", "other": "其他"}
+
+
+def source_text(source: str, lang: str = "en") -> str:
+    """A proposal's ``source`` for a log in ``lang``: ``rules`` is 规则 in Chinese, a failed
+    model call says so in Chinese around the (English) error; ``llm:<model>`` names the model."""
+    if lang != "zh":
+        return source
+    if source == "rules":
+        return "规则"
+    if source.startswith("rules (llm failed: "):
+        return f"规则（大模型调用失败：{source.removeprefix('rules (llm failed: ').removesuffix(')')}）"
+    if source.startswith("llm:"):
+        return f"大模型 {source.removeprefix('llm:')}"
+    return source
 
 
 class ProposalError(RuntimeError):
@@ -81,13 +105,19 @@ class RuleProposer:
             for name in order:
                 if kinds[name] == "launch":
                     return Proposal(
-                        name, f"launch-bound: launches are {shares['launch']:.0%} of the step", "rules"
+                        name,
+                        f"launch-bound: launches are {shares['launch']:.0%} of the step",
+                        "rules",
+                        f"下发受限：算子下发占这一步的 {shares['launch']:.0%}",
                     )
         if shares["memory"] >= 0.3:
             for name in order:
                 if kinds[name] == "memory":
                     return Proposal(
-                        name, f"memory-bound: weight traffic is {shares['memory']:.0%} of the step", "rules"
+                        name,
+                        f"memory-bound: weight traffic is {shares['memory']:.0%} of the step",
+                        "rules",
+                        f"访存受限：权重搬运占这一步的 {shares['memory']:.0%}",
                     )
         for want in ("launch", "memory", "spec", "other"):
             for name in order:
@@ -96,6 +126,7 @@ class RuleProposer:
                         name,
                         f"next {want} skill (launch {shares['launch']:.0%}, memory {shares['memory']:.0%})",
                         "rules",
+                        f"下一个{_KIND_ZH[want]}技能（下发占 {shares['launch']:.0%}，访存占 {shares['memory']:.0%}）",
                     )
         raise ProposalError("no candidate skills left")  # pragma: no cover (the loop returns)
 
@@ -187,4 +218,4 @@ def propose_with_fallback(
         return proposer.propose(profile, candidates, history)
     except ProposalError as e:
         p = rules.propose(profile, candidates, history)
-        return Proposal(p.skill, p.reason, f"rules (llm failed: {e})"[:300])
+        return Proposal(p.skill, p.reason, f"rules (llm failed: {e})"[:300], p.reason_zh)
