@@ -1,6 +1,6 @@
 """check_runs.tables: the tables a checker's verdict carries (plain-text cells)
 
-Revision ID: 0007
+Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-01 17:00:00
 """
@@ -8,7 +8,7 @@ Create Date: 2026-12-01 17:00:00
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
+revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
