@@ -51,6 +51,7 @@ GRID_KINDS = frozenset(
         Kind.check_started,
         Kind.env_state,
         *(k for k in Kind if k.startswith("help.")),
+        *SHARE_KINDS,
         *PASS_THROUGH,
     }
 )
