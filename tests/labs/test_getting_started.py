@@ -5,6 +5,8 @@ solution and the mutants), in process, without the child of the real check."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
@@ -98,3 +100,29 @@ def test_rmsnorm_verdict_is_stable_over_seeds(monkeypatch: pytest.MonkeyPatch) -
         for name, (fn, phrase) in mutants.items():
             problem, _ = judge.judge(cases, _outcome(fn, cases))
             assert phrase.lower() in problem.lower(), (seed, name, problem)
+
+
+@pytest.mark.parametrize(("written", "passes"), [("npu", True), ("cpu-emu", False)])
+def test_find_device_judges_the_attendees_environment_not_the_graders(
+    tmp_path: Path, written: str, passes: bool
+) -> None:
+    """An NPU attendee's check runs in a grader without a card (Docker and Kubernetes backends):
+    the expected kind is the environment's (``LAB_DEVICE`` from the server), not the grader's own."""
+    (tmp_path / "device.txt").write_text(written + "\n")
+    read, write = os.pipe()
+    env = {**os.environ, "LAB_DEVICE": "npu", "LAB_LANG": "en", "LAB_RESULT_FD": str(write)}
+    proc = subprocess.run(
+        [sys.executable, str(LAB / "checks" / "01_find_device.py")],
+        cwd=tmp_path,
+        env=env,
+        pass_fds=(write,),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    os.close(write)
+    with os.fdopen(read) as f:
+        result = json.loads(f.read())
+    assert result["passed"] is passes, (result, proc.stderr)
+    if not passes:
+        assert "'npu'" in result["message"], result
