@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import labkit
 import pytest
 
 from tests.backends.kubernetes.fake_ws import BINARY, CLOSE, WebSocket
@@ -77,6 +78,8 @@ NOT_IMAGE = {
     "media",
 }
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE_CHANNEL = 0, 1, 2, 3, 4, 255
+#: the folder the test venv's labkit is imported from (labs/labkit of the checkout, when editable)
+LABKIT_SOURCE = Path(labkit.__file__).resolve().parents[1]
 
 
 def status_for(code: int | None, argv: Sequence[str], failure: str = "") -> dict[str, Any]:
@@ -190,6 +193,10 @@ class Kubelet:
             )
             readonly = mount.get("readOnly") or (claim or {}).get("readOnly")
             args += ["--ro-bind" if readonly else "--bind", str(src), mount["mountPath"]]
+        # the image has labkit installed; the test venv has it editable, from the checkout, which may
+        # live where "the image" has nothing (under /tmp or /home): bound in place, over the volumes
+        if LABKIT_SOURCE.parts[1] in NOT_IMAGE:
+            args += ["--ro-bind", str(LABKIT_SOURCE), str(LABKIT_SOURCE)]
         args += ["--dev", "/dev", "--proc", "/proc", "--remount-ro", "/"]
         security = {**(spec.get("securityContext") or {}), **(container.get("securityContext") or {})}
         uid, gid = security.get("runAsUser", IMAGE_UID), security.get("runAsGroup", IMAGE_UID)
