@@ -222,6 +222,7 @@ def test_finish_orphaned_runs_skips_what_is_not_running(app: FastAPI, event: Eve
 
     with TestClient(app) as client:
         join(client, "Ada")
+        settle(app)  # the environment start begun at join writes its row: not racing ours
     ctx = app.state.ctx
     with Session(ctx.engine, expire_on_commit=False) as s:
         a = s.exec(select(Attendee)).one()
