@@ -50,10 +50,11 @@ labs: setup web
 e2e: setup web
 	$(BIN)/pytest -q -p no:cacheprovider tests/e2e
 
-# the database-facing tests again on PostgreSQL when LABSERVER_TEST_DATABASE_URL is set (.ci/run sets it)
+# the database-facing tests again on PostgreSQL when LABSERVER_TEST_DATABASE_URL is set (.ci/run sets it),
+# on both cores (each test has a database of its own)
 test-postgres: setup web
 	@if [ -n "$$LABSERVER_TEST_DATABASE_URL" ]; then \
-	  $(BIN)/pytest -q -p no:cacheprovider tests/routes tests/test_db.py tests/checks/test_checks.py tests/services; \
+	  $(BIN)/pytest -q -p no:cacheprovider -n 2 tests/routes tests/test_db.py tests/checks/test_checks.py tests/services; \
 	else echo "test-postgres: LABSERVER_TEST_DATABASE_URL not set (.ci/run sets it)"; fi
 
 # the backend contract suite on a real Kubernetes cluster (docs/kubernetes.md); NOT part of `make test`:

@@ -110,8 +110,11 @@ async def terminal(host: str, token: str) -> tuple[str, bytes]:
 
 @pytest.fixture
 def burst_settings(settings: Settings) -> Settings:
-    # 2 connections, none extra, and a short wait: a connection held across slow work fails fast
-    settings.db = DatabaseSettings(pool_size=2, max_overflow=0, pool_timeout_s=3)
+    # 2 connections, none extra, and a wait that only a connection held across slow work exceeds:
+    # held across the engine's 0.5 s create and terminal, 100 attendees would queue 50 s on 2
+    # connections; brief holds queue well under 10 s even on a loaded machine (3 s was exceeded by
+    # brief holds alone under load 8-11, with the labs' selftests beside it)
+    settings.db = DatabaseSettings(pool_size=2, max_overflow=0, pool_timeout_s=10)
     settings.admission = AdmissionSettings(concurrent_starts=8)
     return settings
 
