@@ -8,10 +8,11 @@ before each), so a room of hundreds shares a handful. Every checkout's wait is m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -59,6 +60,31 @@ def release(session: Session) -> None:
     engine call, a checker, file I/O, a wait). Loaded objects stay usable (``expire_on_commit`` is
     off); the next query checks a connection out again. Pending changes are committed."""
     session.commit()
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args)`` in a worker thread, off the event loop (a commit that waits for SQLite's write
+    lock or a pool checkout must not hold up every stream of the room). Unlike a bare
+    ``asyncio.to_thread``, a cancellation (server shutdown) waits for the thread to finish before it
+    is raised: the caller's ``with Session(...)`` must not close a session another thread is in the
+    middle of committing (SQLAlchemy's ``IllegalStateChangeError``, and a write lock left behind)."""
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(work)
+            break
+        except asyncio.CancelledError:
+            if work.done():
+                raise
+            cancelled = True  # keep waiting for the thread, then raise
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 def alembic_config(engine: Engine) -> Config:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session
@@ -57,3 +58,52 @@ def test_progress_and_workspace_survive_a_restart(settings: Settings) -> None:
             "Hello"
         )
         assert client.get("/api/v1/environment", headers=ada).json()["state"] == "ready"
+
+
+def test_in_thread_waits_for_the_thread_when_cancelled() -> None:
+    """A cancelled caller (server shutdown) gets its CancelledError only after the thread is done:
+    the session it was committing is not closed under it (the cause of IllegalStateChangeError and
+    of a write lock left behind in CI)."""
+    import asyncio
+    import threading
+
+    from labserver.db import in_thread
+
+    started, release_it = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def commit() -> str:
+        started.set()
+        release_it.wait(10)
+        finished.append("committed")
+        return "ok"
+
+    async def caller() -> None:
+        await in_thread(commit)
+
+    async def main() -> list[str]:
+        task = asyncio.ensure_future(caller())
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done(), "the cancellation went through while the thread was still committing"
+        release_it.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return finished
+
+    assert asyncio.run(main()) == ["committed"]
+
+
+def test_in_thread_returns_and_raises_what_the_function_does() -> None:
+    import asyncio
+
+    from labserver.db import in_thread
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    assert asyncio.run(in_thread(lambda x: x + 1, 41)) == 42
+    with pytest.raises(ValueError, match="boom"):
+        asyncio.run(in_thread(boom))

@@ -9,7 +9,6 @@ published as ``not_gradable`` and pressed again at once, under the same lock: th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -21,7 +20,7 @@ from labserver.backends.base import BackendError, CheckRaw, EnvRef
 from labserver.checks.request import check_request
 from labserver.checks.verdict import interpret
 from labserver.content import Lab, Step
-from labserver.db import release
+from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
 from labserver.services import check_files, not_gradable, recordings, workspace_full
@@ -132,7 +131,7 @@ async def _check_once(
         return raw
 
     run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
-    await asyncio.to_thread(_store, session, run)
+    await in_thread(_store, session, run)
     ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
     recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=f"Check {step.id}")
     try:
@@ -173,7 +172,7 @@ async def _check_once(
         raise
     finally:
         run.finished_at = clock.now()
-        await asyncio.to_thread(_store, session, run, files)  # committed before anyone sees it
+        await in_thread(_store, session, run, files)  # committed before anyone sees it
         metrics.check_finished(run)
         publish_finished(ctx, run, attendee)
         recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=result_label(run))

@@ -30,7 +30,7 @@ from labserver.backends.base import (
     check_transition,
     transition_allowed,
 )
-from labserver.db import release
+from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
 from labserver.services import env_spec
@@ -182,7 +182,7 @@ async def _ensure(
     logging_json.bind(event_id=spec.event_id, attendee_id=spec.attendee_id, env_id=spec.env_id)
     release(session)  # the caller's reads (token, event) end here, before any wait
     async with ctx.env_lock(spec.env_id):
-        row = await asyncio.to_thread(_load, session, spec.env_id)
+        row = await in_thread(_load, session, spec.env_id)
         ref = ref_of(row)
         if row is not None and ref is not None and row.state in USABLE:
             if trust_ready:
@@ -190,17 +190,17 @@ async def _ensure(
             status = await ctx.backend.status(ref)
             if status.state == EnvState.ready:
                 return ref, False
-            await asyncio.to_thread(_died, ctx, session, row, status.message)
-        row = await asyncio.to_thread(_begin, ctx, session, row, spec)
+            await in_thread(_died, ctx, session, row, status.message)
+        row = await in_thread(_begin, ctx, session, row, spec)
         begun = clock.monotonic()
         try:
             ref = await admitted_create(ctx, spec)
         except BackendError as exc:
             log.warning("provisioning %s failed: %s (%s) %s", spec.env_id, exc.message, exc.reason, exc.log)
-            await asyncio.to_thread(_store, ctx, session, row, None, exc)
+            await in_thread(_store, ctx, session, row, None, exc)
             metrics.env_provisioned(ctx.backend.name, clock.monotonic() - begun, failure=exc.reason or "?")
             raise
-        await asyncio.to_thread(_store, ctx, session, row, ref, None)
+        await in_thread(_store, ctx, session, row, ref, None)
         metrics.env_provisioned(ctx.backend.name, clock.monotonic() - begun)
         return ref, True
 

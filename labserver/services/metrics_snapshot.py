@@ -4,13 +4,11 @@ waiting for a slot. One short query; the session is released before the answer i
 
 from __future__ import annotations
 
-import asyncio
-
 from sqlalchemy import func
 from sqlmodel import Session, select
 
 from labserver import metrics
-from labserver.db import release
+from labserver.db import in_thread, release
 from labserver.models import Environment
 from labserver.services.context import AppContext
 
@@ -27,7 +25,7 @@ def _environment_counts(session: Session) -> dict[tuple[str, str], int]:
 
 async def snapshot(ctx: AppContext, session: Session) -> metrics.Snapshot:
     """Call on the server's loop (terminals and streams are the loop's); the query runs in a thread."""
-    environments = await asyncio.to_thread(_environment_counts, session)
+    environments = await in_thread(_environment_counts, session)
     sessions = list(ctx.terminals.sessions.values())
     return metrics.Snapshot(
         environments=environments,
