@@ -113,3 +113,27 @@ def settle(app: FastAPI, timeout_s: float = 60.0) -> None:
     while app.state.ctx.background and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not app.state.ctx.background, "environment starts begun at join did not finish"
+
+
+#: wall seconds of the slowest tests of `make labs` (its --durations, CI of 2026-12-01). They are
+#: started first, longest first: the two workers take them in turn and end together, instead of one
+#: worker starting a four-minute selftest when the other is nearly done. A scheduling hint only: a
+#: stale figure costs time, never a result.
+SLOW_FIRST = {
+    "test_selftest[dspark-spec]": 245,
+    "test_selftest[agent-deploy]": 174,
+    "test_selftest[dsv4-offload]": 152,
+    "test_selftest[kv-offload]": 106,
+    "test_selftest[pypto-kda]": 83,
+    "test_selftest_on_docker[getting-started]": 76,
+    "test_selftest[sanavideo]": 65,
+    "test_selftest[longcat-parallel]": 59,
+    "test_selftest_on_docker[dsv4-offload]": 39,
+    "test_selftest_on_docker[pypto-kda]": 37,
+    "test_selftest[getting-started]": 37,
+    "test_selftest_on_docker[kv-offload]": 33,
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: -SLOW_FIRST.get(item.name, 0))  # stable: the rest keep their order
