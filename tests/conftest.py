@@ -115,6 +115,12 @@ def settle(app: FastAPI, timeout_s: float = 60.0) -> None:
     assert not app.state.ctx.background, "environment starts begun at join did not finish"
 
 
+@pytest.fixture
+def as_root() -> None:
+    """Nothing is skipped: a run that is not root fails here, saying why (CI runs as root)."""
+    assert os.geteuid() == 0, "this test needs root (the root-server case; CI runs as root)"
+
+
 #: wall seconds of the slowest tests of `make labs` (its --durations, CI of 2026-12-01). They are
 #: started first, longest first: the two workers take them in turn and end together, instead of one
 #: worker starting a four-minute selftest when the other is nearly done. A scheduling hint only: a

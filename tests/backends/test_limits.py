@@ -102,9 +102,3 @@ def test_forcing_a_mechanism_that_is_missing_fails_loudly() -> None:
 def test_this_machine_gives_cgroup_limits_to_a_root_server() -> None:
     limiter = limits.detect("auto", instance=f"test-{os.getpid()}")
     assert limiter.name in ("cgroup2", "cgroup1"), limiter.detail
-
-
-@pytest.fixture
-def as_root() -> None:
-    """Nothing is skipped: a run that is not root fails here, saying why (CI runs as root)."""
-    assert os.geteuid() == 0, "this test needs root (the root-server case; CI runs as root)"

@@ -459,9 +459,3 @@ def test_a_bubblewrap_that_does_not_work_is_reported_and_bwrap_mode_refuses_to_s
     assert backend.join_refusal("198.51.100.7") and backend.join_refusal("127.0.0.1") is None
     with pytest.raises(RuntimeError, match="does not work"):
         LocalBackend(settings.model_copy(update={"sandbox": "bwrap"}))
-
-
-@pytest.fixture
-def as_root() -> None:
-    """Nothing is skipped: a run that is not root fails here, saying why (CI runs as root)."""
-    assert os.geteuid() == 0, "this test needs root (the root-server case; CI runs as root)"
