@@ -18,7 +18,7 @@ from sqlmodel import Session, col, select
 from labserver import clock, metrics
 from labserver.backends.base import BackendError, CheckRaw, EnvRef
 from labserver.checks.request import check_request
-from labserver.checks.verdict import interpret
+from labserver.checks.verdict import Verdict, interpret
 from labserver.content import Lab, Step
 from labserver.db import in_thread, release
 from labserver.live import Kind
@@ -120,15 +120,16 @@ async def _check_once(
 
     files: list[dict[str, object]] = []  # digests of the lab folder a pass judged (completion records)
 
-    async def attempt(ref: EnvRef) -> CheckRaw:
+    async def attempt(ref: EnvRef) -> tuple[CheckRaw, Verdict]:
         request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)
         async with check_slot(
             ctx, event_id=event_id, attendee_id=attendee_id, run_id=run.id, lab=lab.id, step=step.id
         ):
             raw = await ctx.backend.run_check(ref, request)
-        if interpret(raw, step.spec.timeout_s).status == CheckStatus.passed:
+        verdict = interpret(raw, step.spec.timeout_s)
+        if verdict.status == CheckStatus.passed:
             files[:] = await check_files.digest_lab(ctx, ref, lab.id)
-        return raw
+        return raw, verdict
 
     run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
     await in_thread(_store, session, run)
@@ -136,8 +137,7 @@ async def _check_once(
     recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=f"Check {step.id}")
     try:
         # the row is trusted; the backend polls the engine once before the check (run_check)
-        raw = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
-        verdict = interpret(raw, step.spec.timeout_s)
+        raw, verdict = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
         run.status = verdict.status
         run.message = verdict.message
         if run.status != CheckStatus.passed and workspace_full.NO_SPACE in raw.log:
