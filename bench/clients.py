@@ -151,12 +151,19 @@ class Refused(Exception):
 
 async def join(client: httpx.AsyncClient, code: str, name: str) -> str:
     """``POST /api/v1/join``; returns the attendee token and sets it as the client's bearer."""
+    token, _attendee_id = await join_as(client, code, name)
+    return token
+
+
+async def join_as(client: httpx.AsyncClient, code: str, name: str) -> tuple[str, int]:
+    """:func:`join`, returning the attendee id too."""
     resp = await client.post("/api/v1/join", json={"event_code": code, "name": name})
     if resp.status_code != 200:
         raise Refused(f"join HTTP {resp.status_code}")
-    token = str(resp.json()["token"])
+    body = resp.json()
+    token = str(body["token"])
     client.headers["Authorization"] = f"Bearer {token}"
-    return token
+    return token, int(body["attendee"]["id"])
 
 
 async def sse_events(

@@ -1,5 +1,12 @@
 """The rehearsal's server: ``labserver.app.create_app`` unchanged, with a backend that gives the
-first ``REHEARSAL_LOCAL`` attendees real local environments and the rest of the crowd light ones.
+first ``REHEARSAL_DOCKER`` attendees Docker environments, the next ``REHEARSAL_LOCAL`` real local
+environments and the rest of the crowd light ones.
+
+``RoomBackend`` (name ``docker+local+light``) sends each environment to one of two real backends:
+the product's :class:`~labserver.backends.docker.backend.DockerBackend` (containers, a grader
+container per check, as ``LABSERVER_BACKEND=docker`` runs them) for attendees ``1..docker``, and
+``CrowdBackend`` for the others. A reference goes back to the backend that made it (its
+``backend`` field).
 
 ``CrowdBackend`` is a subclass of the real :class:`~labserver.backends.local.LocalBackend` (name
 ``local+light``): every environment is a workspace folder seeded from the lab's ``starter/``, every
@@ -9,25 +16,45 @@ and checks run without bubblewrap (``env -C <folder> ...`` instead), so the crow
 2-core machine holds costs a process per check, not a namespace setup. The figures printed by
 ``rehearsal.py`` say how many environments were of each kind.
 
-Started by ``rehearsal.py`` as ``uvicorn --factory crowd_backend:create_crowd_app`` (the default
+With ``REHEARSAL_DOCKER=0`` the server's backend is ``CrowdBackend`` alone. Started by ``rehearsal.py`` as ``uvicorn --factory crowd_backend:create_crowd_app`` (the default
 event is opened as ``labserver serve`` does)."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from sqlmodel import Session
 
 from labserver.app import create_app
+from labserver.backends.base import (
+    CheckRaw,
+    CheckRequest,
+    EnvRef,
+    EnvSpec,
+    EnvStatus,
+    ExecResult,
+    FileEntry,
+    LabSeed,
+    ProgressCallback,
+    Terminal,
+)
+from labserver.backends.docker.backend import DockerBackend
 from labserver.backends.local import EnvRecord, LocalBackend
 from labserver.config import Settings
 from labserver.services.events import ensure_default_event
 
 ENV_ID = re.compile(r"ev\d+-at(\d+)$")
+
+
+def attendee_number(env_id: str) -> int:
+    """The attendee id in an environment id (``ev1-at7`` -> 7); 0 when there is none."""
+    m = ENV_ID.search(env_id)
+    return int(m.group(1)) if m else 0
 
 
 class CrowdBackend(LocalBackend):
@@ -40,8 +67,7 @@ class CrowdBackend(LocalBackend):
         self.local = local
 
     def is_light(self, ws: Path) -> bool:
-        m = ENV_ID.search(ws.name)
-        return bool(m) and int(m.group(1)) > self.local  # type: ignore[union-attr]
+        return attendee_number(ws.name) > self.local
 
     def _command(
         self,
@@ -69,11 +95,100 @@ class CrowdBackend(LocalBackend):
         return [*prefix, "env", "-C", str(chdir), *argv]
 
 
+class RoomBackend:
+    """Docker environments for attendees ``1..docker``, ``CrowdBackend`` ones for the others."""
+
+    name = "docker+local+light"
+
+    def __init__(self, settings: Settings, *, docker: int, local: int) -> None:
+        self.docker_count = docker
+        self.docker = DockerBackend(settings)
+        #: the local attendees are the ``local`` after the Docker ones
+        self.crowd = CrowdBackend(settings, local=docker + local)
+
+    def _of(self, ref: EnvRef) -> Any:
+        return self.docker if ref.backend == self.docker.name else self.crowd
+
+    async def create(self, spec: EnvSpec, progress: ProgressCallback | None = None) -> EnvRef:
+        if attendee_number(spec.env_id) <= self.docker_count:
+            return await self.docker.create(spec, progress)
+        return await self.crowd.create(spec, progress)
+
+    async def status(self, ref: EnvRef) -> EnvStatus:
+        return await self._of(ref).status(ref)  # type: ignore[no-any-return]
+
+    async def exec(
+        self,
+        ref: EnvRef,
+        argv: Sequence[str],
+        *,
+        timeout: float = 60.0,
+        readonly: bool = False,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        return await self._of(ref).exec(  # type: ignore[no-any-return]
+            ref, argv, timeout=timeout, readonly=readonly, cwd=cwd, env=env
+        )
+
+    async def run_check(self, ref: EnvRef, request: CheckRequest) -> CheckRaw:
+        return await self._of(ref).run_check(ref, request)  # type: ignore[no-any-return]
+
+    async def terminal(self, ref: EnvRef, cols: int, rows: int, *, cwd: str = "") -> Terminal:
+        return await self._of(ref).terminal(ref, cols, rows, cwd=cwd)  # type: ignore[no-any-return]
+
+    async def list_files(self, ref: EnvRef, path: str) -> list[FileEntry]:
+        return await self._of(ref).list_files(ref, path)  # type: ignore[no-any-return]
+
+    async def read_file(self, ref: EnvRef, path: str) -> bytes:
+        return await self._of(ref).read_file(ref, path)  # type: ignore[no-any-return]
+
+    async def write_file(self, ref: EnvRef, path: str, data: bytes) -> None:
+        await self._of(ref).write_file(ref, path, data)
+
+    async def reset_lab(self, ref: EnvRef, lab: LabSeed, backup_name: str) -> str:
+        return await self._of(ref).reset_lab(ref, lab, backup_name)  # type: ignore[no-any-return]
+
+    async def archive(self, ref: EnvRef, path: str) -> bytes:
+        return await self._of(ref).archive(ref, path)  # type: ignore[no-any-return]
+
+    async def destroy(self, ref: EnvRef) -> None:
+        await self._of(ref).destroy(ref)
+
+    async def discover(self) -> list[EnvRef]:
+        return [*await self.docker.discover(), *await self.crowd.discover()]
+
+    def engine_stats(self) -> dict[str, Any]:
+        return self.docker.engine_stats()
+
+    async def aclose(self) -> None:
+        await self.docker.aclose()
+
+
+async def remove_docker_environments(settings: Settings) -> int:
+    """Destroy every container and volume of this server's Docker name prefix (after a rehearsal);
+    returns how many environments there were."""
+    backend = DockerBackend(settings)
+    try:
+        refs = await backend.discover()
+        for ref in refs:
+            await backend.destroy(ref)
+        for grader in await backend.stale_graders(older_than_s=0):
+            await backend.remove_container(grader)
+        return len(refs)
+    finally:
+        await backend.aclose()
+
+
 def create_crowd_app() -> FastAPI:
     settings = Settings()
     app = create_app(settings)
     ctx = app.state.ctx
-    ctx.backend = CrowdBackend(settings, local=int(os.environ.get("REHEARSAL_LOCAL", "40")))
+    local = int(os.environ.get("REHEARSAL_LOCAL", "40"))
+    docker = int(os.environ.get("REHEARSAL_DOCKER", "0"))
+    ctx.backend = (
+        RoomBackend(settings, docker=docker, local=local) if docker else CrowdBackend(settings, local=local)
+    )
     with Session(ctx.engine) as session:
         ensure_default_event(
             session,

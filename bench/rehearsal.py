@@ -1,7 +1,7 @@
 """Load rehearsal (issue 22): one server on this machine, driven the way a room of browsers drives it.
 
     .venv/bin/python bench/rehearsal.py [--attendees 300] [--join-s 60] [--checks-per-s 10]
-        [--minutes 10] [--instructors 5] [--local 40] [--check-slots N] [--lab getting-started] [--step write-file]
+        [--minutes 10] [--instructors 5] [--docker 8] [--local 40] [--check-slots N] [--lab getting-started] [--step write-file]
         [--database-url postgresql://...] [--profile out.html]
 
 N attendees join within T seconds; each, over the public interfaces only, joins (``POST
@@ -14,10 +14,13 @@ dashboards load the grid page and ``/progress``, stream the grid (``/events/{id}
 ``/progress`` every 30 s.
 
 The server is ``labserver.app.create_app`` unchanged, started by uvicorn with a data folder of its
-own; its backend is ``crowd_backend.CrowdBackend`` (``local+light``): the first ``--local`` attendees
-get real local environments (bubblewrap sandbox, cgroup or rlimit limits), the rest light ones (the
+own; its backend is ``crowd_backend.RoomBackend`` (``docker+local+light``): the first ``--docker``
+attendees get Docker environments (a container each, a grader container per check: the product's
+Docker backend on this machine's engine and the ``labserver/cpu-emu`` image), the next ``--local``
+real local environments (bubblewrap sandbox, cgroup or rlimit limits), the rest light ones (the
 same folders, shells and checker processes, without the sandbox). Every check runs the lab's real
-checker in a process of its own. With ``--database-url`` (PostgreSQL) a fresh database is made for
+checker in a process of its own. The Docker environments get a name prefix of the run's own and
+are removed after it. With ``--database-url`` (PostgreSQL) a fresh database is made for
 the run and dropped after it; else SQLite.
 
 Printed: per-route p50/p95/p99 and counts, errors by kind, SSE delivery latency (check finished, as
@@ -58,7 +61,7 @@ from clients import (
     echo,
     epoch,
     free_port,
-    join,
+    join_as,
     open_terminal,
     pct,
     read_metrics,
@@ -90,6 +93,7 @@ class Person:
     token: str = ""
     ws: Any = None
     busy: bool = False
+    kind: str = "light"  # docker | local | light: the environment the crowd backend gives it
 
 
 @dataclass
@@ -131,6 +135,12 @@ class Rehearsal:
         self.rng = random.Random(22)
         self.tasks: set[asyncio.Task[None]] = set()
         self.path, self.body = STEP_FILES.get((args.lab, args.step), ("notes/rehearsal.txt", b"rehearsal\n"))
+
+    def kind_of(self, attendee_id: int) -> str:
+        """The environment ``crowd_backend`` gives attendee ``attendee_id`` (ids count from 1)."""
+        if attendee_id <= self.args.docker:
+            return "docker"
+        return "local" if attendee_id <= self.args.docker + self.args.local else "light"
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -182,14 +192,20 @@ class Rehearsal:
         lab = self.args.lab
         async with httpx.AsyncClient(base_url=self.base, timeout=120, limits=limits) as client:
             try:
-                who.token = await self.timed("POST /api/v1/join", join(client, CODE, who.name))
+                who.token, attendee_id = await self.timed(
+                    "POST /api/v1/join", join_as(client, CODE, who.name)
+                )
+                who.kind = self.kind_of(attendee_id)
                 self.fig.joined += 1
                 stream = asyncio.ensure_future(self.follow_attendee(client, who))
                 await self.timed(
                     "GET /labs/{lab}", client.get(f"/labs/{lab}", cookies={"labserver_token": who.token})
                 )
                 who.ws = await self.timed("WS terminal open", open_terminal(self.base, lab, who.token))
-                await self.timed("WS terminal echo", echo(who.ws, timeout_s=120))
+                await self.timed(
+                    f"WS terminal first echo ({who.kind}; the environment starting)",
+                    echo(who.ws, timeout_s=120),
+                )
                 await self.save(client)
                 self.ready.append(who)
                 await self.stop.wait()
@@ -214,7 +230,7 @@ class Rehearsal:
                 base_url=self.base, timeout=300, headers={"Authorization": f"Bearer {who.token}"}
             ) as client:
                 if who.ws is not None and self.rng.random() < 0.3:
-                    await self.timed("WS terminal echo", echo(who.ws, timeout_s=120))
+                    await self.timed(f"WS terminal echo ({who.kind})", echo(who.ws, timeout_s=120))
                 await self.save(client)
                 resp = await self.timed(
                     "POST /api/v1/labs/{lab}/steps/{step}/check",
@@ -224,7 +240,7 @@ class Rehearsal:
                 self.fig.statuses[run["status"]] += 1
                 if run["status"] != "passed":
                     self.fig.errors[f"check {run['status']}: {run['message'][:80]}"] += 1
-                self.fig.routes["(the checker process, as the server timed it)"].append(
+                self.fig.routes[f"(the checker process, {who.kind}, as the server timed it)"].append(
                     float(run["duration_s"])
                 )
                 finished = epoch(run.get("finished_at"))
@@ -466,6 +482,8 @@ def start_server(
             "LABSERVER_WEB_DIR": str(REPO / "web"),
             "LABSERVER_LABS_DIR": str(REPO / "labs"),
             "REHEARSAL_LOCAL": str(args.local),
+            "REHEARSAL_DOCKER": str(args.docker),
+            "LABSERVER_DOCKER__NAME_PREFIX": docker_prefix(),
         }
     )
     if args.check_slots:
@@ -498,6 +516,46 @@ def start_server(
     return proc, base
 
 
+def docker_prefix() -> str:
+    """The Docker name prefix of this run's environments (removed after it)."""
+    return f"labserver-rehearsal-{os.getpid()}"
+
+
+def docker_preflight(args: argparse.Namespace) -> None:
+    """Exit with what to do when ``--docker`` environments are asked and cannot be had."""
+    if not args.docker:
+        return
+    import docker
+
+    from labserver.config import Settings
+
+    image = Settings().docker.image
+    try:
+        client = docker.from_env(timeout=10)
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        sys.exit(
+            f"--docker {args.docker}: the image {image} is missing; build it (labserver images build) or pass --docker 0"
+        )
+    except docker.errors.DockerException as exc:
+        sys.exit(
+            f"--docker {args.docker}: no Docker engine answers ({exc}); start dockerd or pass --docker 0"
+        )
+
+
+def remove_docker(args: argparse.Namespace) -> None:
+    if not args.docker:
+        return
+    sys.path.insert(0, str(REPO / "bench"))
+    from crowd_backend import remove_docker_environments
+
+    from labserver.config import Settings
+
+    os.environ["LABSERVER_DOCKER__NAME_PREFIX"] = docker_prefix()
+    removed = asyncio.run(remove_docker_environments(Settings()))
+    print(f"  removed {removed} Docker environments ({docker_prefix()}-*)")
+
+
 def event_id_of(base: str) -> int:
     events = httpx.get(
         f"{base}/api/v1/events", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
@@ -514,6 +572,7 @@ def main() -> None:
         "--minutes", type=float, default=10.0, help="how long checks are pressed, from the first join"
     )
     ap.add_argument("--instructors", type=int, default=5)
+    ap.add_argument("--docker", type=int, default=8, help="attendees with a Docker environment (0: none)")
     ap.add_argument("--local", type=int, default=40, help="attendees with a sandboxed local environment")
     ap.add_argument(
         "--check-slots", type=int, default=0, help="checks at once (default: the server's setting)"
@@ -529,6 +588,7 @@ def main() -> None:
         help="write a pyinstrument profile of the server to this file (.html, .txt or .json: speedscope)",
     )
     args = ap.parse_args()
+    docker_preflight(args)
 
     root = Path(tempfile.mkdtemp(prefix="labserver-rehearsal-"))
     proc = None
@@ -539,9 +599,12 @@ def main() -> None:
         proc, base = start_server(args, root, db_url)
         stat = ProcStat(proc.pid)
         event_id = event_id_of(base)
-        local = min(args.local, args.attendees)
+        docker = min(args.docker, args.attendees)
+        local = min(args.local, args.attendees - docker)
         note = (
-            f"backend local+light: {local} local (sandboxed) + {args.attendees - local} light environments, "
+            f"backend {'docker+' if docker else ''}local+light: "
+            f"{f'{docker} Docker + ' if docker else ''}{local} local (sandboxed) + "
+            f"{args.attendees - docker - local} light environments, "
             f"database {'PostgreSQL' if db_url else 'SQLite'}, check slots {args.check_slots or 'default (4)'}, "
             f"{args.loop} loop"
         )
@@ -556,6 +619,7 @@ def main() -> None:
             print(f"\n  profile: {args.profile}")
         if db_url:
             drop_pg_database(args.database_url, db_name)
+        remove_docker(args)
         print(f"  server log: {root / 'server.log'}")
 
 

@@ -132,6 +132,47 @@ class LiveServer:
             return ""
 
 
+DECISION_LOG_LAB_YAML = """\
+id: decision-log
+order: 90
+title: {en: "A decision log", zh: "决策日志"}
+summary: {en: "A checker that shows the attendee's own log as a table", zh: "检查器把学员自己的日志显示成表格"}
+duration_min: 5
+steps:
+  - id: review
+    title: {en: "Review the log", zh: "审阅日志"}
+    file: steps/review.md
+    check: checks/review.py
+"""
+#: quotes ``log.txt`` (``skill|decision`` per line) as a table, its title in the page's language,
+#: like agent-deploy's step 7 shows the attendee's decision log
+DECISION_LOG_CHECKER = """\
+from pathlib import Path
+
+from labkit.check import Failure, main, msg, table
+
+
+def check():
+    rows = [line.split("|") for line in Path("log.txt").read_text().splitlines()]
+    table(msg("Your decision log", "你的决策日志"), [msg("skill", "技能"), msg("decision", "决定")], rows)
+    raise Failure(msg("review the log", "请审阅日志"))
+
+
+main(check)
+"""
+
+
+def write_decision_log_lab(lab: Path) -> None:
+    """A one-step lab whose checker attaches the attendee's ``log.txt`` as a table."""
+    for folder in ("steps", "checks", "starter"):
+        (lab / folder).mkdir(parents=True)
+    (lab / "lab.yaml").write_text(DECISION_LOG_LAB_YAML)
+    (lab / "steps" / "review.md").write_text("Write `log.txt`, then press Check.\n")
+    (lab / "steps" / "review.zh.md").write_text("写好 `log.txt`，然后点击检查。\n")
+    (lab / "checks" / "review.py").write_text(DECISION_LOG_CHECKER)
+    (lab / "starter" / "log.txt").write_text("fused-ops|accept\n")
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     root = tmp_path_factory.mktemp("e2e")
@@ -147,6 +188,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     shutil.copytree(labs / "getting-started", labs / "broken-lab")
     spec = (labs / "broken-lab" / "lab.yaml").read_text()
     (labs / "broken-lab" / "lab.yaml").write_text(spec.replace("id: getting-started", "id: broken-lab", 1))
+    write_decision_log_lab(labs / "decision-log")
     srv = LiveServer(root)
     srv.start()
     (labs / "broken-lab" / "lab.yaml").write_text(BROKEN_LAB_YAML)
