@@ -44,8 +44,11 @@ from labserver.backends.base import (
     Terminal,
 )
 from labserver.backends.docker.backend import DockerBackend
+from labserver.backends.docker.scheduler import Running, Usage, has_room
 from labserver.backends.local import EnvRecord, LocalBackend
 from labserver.config import Settings
+from labserver.content.loader import LabCatalog
+from labserver.services import env_spec
 from labserver.services.events import ensure_default_event
 
 ENV_ID = re.compile(r"ev\d+-at(\d+)$")
@@ -163,6 +166,28 @@ class RoomBackend:
 
     async def aclose(self) -> None:
         await self.docker.aclose()
+
+
+async def docker_capacity(settings: Settings) -> tuple[int, str]:
+    """How many environments of the default event (every lab) the Docker backend places on this
+    server's engines before it answers ``no-room``, counted with the scheduler's own rule
+    (:func:`~labserver.backends.docker.scheduler.has_room`), and how that was reckoned."""
+    labs = list(LabCatalog(settings.labs_dir).labs.values())
+    limits = env_spec.limits_for(labs, settings.docker)
+    backend = DockerBackend(settings)
+    try:
+        nodes = await backend.engines.nodes()
+    finally:
+        await backend.aclose()
+    usage = Usage()
+    for node in nodes:
+        while has_room(node, usage, limits.cpus, limits.memory_mb):
+            usage.envs.append(Running(f"probe{len(usage.envs)}", node.name, limits.cpus, limits.memory_mb))
+    how = "; ".join(
+        f"{n.name}: {n.cpus:g} CPUs x {n.cpu_overcommit:g} and {n.memory_mb} MiB x {n.memory_overcommit:g}"
+        for n in nodes
+    )
+    return len(usage.envs), f"{how}, for environments of {limits.cpus:g} CPUs and {limits.memory_mb} MiB"
 
 
 async def remove_docker_environments(settings: Settings) -> int:

@@ -529,17 +529,30 @@ def docker_preflight(args: argparse.Namespace) -> None:
 
     from labserver.config import Settings
 
-    image = Settings().docker.image
+    settings = Settings(labs_dir=REPO / "labs")
+    image = settings.docker.image
     try:
         client = docker.from_env(timeout=10)
         client.images.get(image)
     except docker.errors.ImageNotFound:
         sys.exit(
-            f"--docker {args.docker}: the image {image} is missing; build it (labserver images build) or pass --docker 0"
+            f"--docker {args.docker}: the image {image} is missing; "
+            "build it (labserver images build) or pass --docker 0"
         )
     except docker.errors.DockerException as exc:
         sys.exit(
             f"--docker {args.docker}: no Docker engine answers ({exc}); start dockerd or pass --docker 0"
+        )
+    sys.path.insert(0, str(REPO / "bench"))
+    from crowd_backend import docker_capacity
+
+    room, how = asyncio.run(docker_capacity(settings))
+    if args.docker > room:
+        # beyond it the scheduler answers no-room, and those starts would wait for room (holding
+        # the start slots) for the whole rehearsal, as on a full Docker-only server
+        sys.exit(
+            f"--docker {args.docker}: this machine's Docker engine holds {room} environments of the "
+            f"rehearsal's event ({how}); pass --docker {room} or fewer"
         )
 
 

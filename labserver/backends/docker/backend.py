@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -370,8 +372,33 @@ class DockerBackend:
     async def _sh(self, ref: EnvRef, script: str, *args: str, timeout: float = 60.0) -> ExecResult:
         return await self._exec(ref, ["sh", "-c", script, "sh", *args], timeout)
 
+    async def _sh_answer(self, ref: EnvRef, script: str, *args: str, timeout: float = 60.0) -> ExecResult:
+        """:meth:`_sh` for a script whose output is the answer (a path, a listing, a file): run
+        :func:`files.marked`, again when the engine lost its output (read-only scripts only)."""
+        for attempt in range(1, files.OUTPUT_ATTEMPTS + 1):
+            mark = f"labserver-{uuid.uuid4().hex}"
+            result = await self._exec(ref, ["sh", "-c", files.marked(script), mark, *args], timeout)
+            answer = files.unmarked(result.stdout, mark.encode())
+            if answer is not None:
+                return dataclasses.replace(result, stdout=answer)
+            if result.timed_out:
+                return result
+            log.warning(
+                "%s: the engine lost the output of a file operation (attempt %d of %d; exit %s, %d bytes)",
+                ref.env_id,
+                attempt,
+                files.OUTPUT_ATTEMPTS,
+                result.exit_code,
+                len(result.stdout),
+            )
+        raise BackendError(
+            f"The lab machine {ref.node} dropped the answer to a file operation {files.OUTPUT_ATTEMPTS} "
+            "times in a row: it is overloaded. Try again in a moment.",
+            reason="engine-output",
+        )
+
     async def _resolve(self, ref: EnvRef, rel: str) -> str:
-        result = await self._sh(ref, files.RESOLVE, files.abs_path(rel))
+        result = await self._sh_answer(ref, files.RESOLVE, files.abs_path(rel))
         self._raise_for(result, rel)
         return result.stdout.decode().strip()
 
@@ -390,7 +417,7 @@ class DockerBackend:
 
     async def list_files(self, ref: EnvRef, path: str) -> list[FileEntry]:
         rel = safe_relpath(path)
-        result = await self._sh(ref, files.LIST, files.abs_path(rel))
+        result = await self._sh_answer(ref, files.LIST, files.abs_path(rel))
         if result.exit_code not in (0, 1) or (result.exit_code == 1 and not result.stdout):
             self._raise_for(result, rel)
         return files.parse_listing(result.stdout, rel)
@@ -399,7 +426,7 @@ class DockerBackend:
         rel = safe_relpath(path)
         if not rel:
             raise IsADirectoryError(path)
-        result = await self._sh(ref, files.READ, files.abs_path(rel), str(MAX_READ_BYTES))
+        result = await self._sh_answer(ref, files.READ, files.abs_path(rel), str(MAX_READ_BYTES))
         if result.exit_code == 1 and b"Permission denied" in result.stderr:
             raise PermissionError(rel)
         if result.exit_code == files.EXIT_TOO_BIG:
@@ -461,6 +488,12 @@ class DockerBackend:
             raw = await self.engines.run(files.read_capped, stream, MAX_ARCHIVE_BYTES, rel)
         except docker.errors.NotFound as exc:
             raise FileNotFoundError(rel) from exc
+        except docker.errors.APIError as exc:
+            raise BackendError(
+                f"The lab machine {ref.node} could not pack {rel or 'the workspace'}. Try again in a moment.",
+                reason="engine",
+                log=repr(exc),
+            ) from exc
         arc_root = resolved.rstrip("/").rsplit("/", 1)[-1] or "workspace"
         return await asyncio.to_thread(files.tar_to_zip, raw, arc_root)
 

@@ -270,7 +270,7 @@ class Engines:
                 cid, wrapped, user=dc.USER, workdir=workdir or dc.WORKSPACE, environment=dict(env)
             )["Id"]
             out, err = client.api.exec_start(exec_id, demux=True)
-            code = client.api.exec_inspect(exec_id).get("ExitCode")
+            code = Engines.exit_code(client, exec_id)
         except docker.errors.NotFound as exc:
             raise EnvironmentGone() from exc
         except docker.errors.APIError as exc:
@@ -280,6 +280,18 @@ class Engines:
         elapsed = time.monotonic() - start
         timed_out = code in (124, 137) and elapsed >= timeout * 0.95
         return ExecResult(None if timed_out else code, out or b"", err or b"", timed_out, elapsed)
+
+    @staticmethod
+    def exit_code(client: docker.DockerClient, exec_id: str, wait_s: float = 5.0) -> int | None:
+        """The exit code of a finished exec. Its output can end before the engine has recorded the
+        exit (``Running`` still true, ``ExitCode`` null), so it is asked again for up to ``wait_s``."""
+        info = client.api.exec_inspect(exec_id)
+        deadline = time.monotonic() + wait_s
+        while info.get("Running") and time.monotonic() < deadline:
+            time.sleep(0.01)
+            info = client.api.exec_inspect(exec_id)
+        code = info.get("ExitCode")
+        return int(code) if code is not None else None
 
     # -- the one make / wait-ready / seed path -----------------------------------------------------
     async def provision(

@@ -56,6 +56,26 @@ BACKUP_LAB = (
 )
 
 
+#: tries of a file operation whose output the engine lost (:func:`marked`)
+OUTPUT_ATTEMPTS = 3
+
+
+def marked(script: str) -> str:
+    """``script`` run in a subshell with its output between two copies of ``$0`` (a fresh mark per
+    call), its exit status kept. The engine sometimes drops the output of a short exec under load
+    (moby/moby#27289: exit 0 and nothing read), which would make a file read as empty; a missing
+    mark tells that apart from an empty answer (:func:`unmarked`)."""
+    return f'printf %s "$0"; (\n{script}\n); rc=$?; printf %s "$0"; exit $rc'
+
+
+def unmarked(out: bytes, mark: bytes) -> bytes | None:
+    """The script's own output from ``out`` of a :func:`marked` run; None when a mark is missing
+    (output lost on the way)."""
+    if len(out) < 2 * len(mark) or not out.startswith(mark) or not out.endswith(mark):
+        return None
+    return out[len(mark) : len(out) - len(mark)]
+
+
 def abs_path(rel: str) -> str:
     rel = safe_relpath(rel)
     return f"{dc.WORKSPACE}/{rel}" if rel else dc.WORKSPACE

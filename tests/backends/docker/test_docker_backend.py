@@ -284,3 +284,59 @@ def test_shells_of_a_dead_server_are_hung_up_by_the_next_one(
             docker_terminal.INSTANCE = previous
 
     asyncio.run(go())
+
+
+def test_an_empty_file_and_mark_like_content_read_back_as_written(
+    docker_backend: DockerBackend, make_spec: Any
+) -> None:
+    """File answers travel between two marks (files.marked); the marks never leak into what is read,
+    and an empty file is an empty answer, not a lost one."""
+
+    async def go() -> None:
+        ref = await docker_backend.create(make_spec())
+        await docker_backend.write_file(ref, "lab1/empty.txt", b"")
+        assert await docker_backend.read_file(ref, "lab1/empty.txt") == b""
+        tricky = b"labserver-0123456789abcdef0123456789abcdef\nno newline at the end"
+        await docker_backend.write_file(ref, "lab1/tricky.txt", tricky)
+        assert await docker_backend.read_file(ref, "lab1/tricky.txt") == tricky
+        assert [e.path for e in await docker_backend.list_files(ref, "lab1/data")] == ["lab1/data/notes.txt"]
+
+    asyncio.run(go())
+
+
+def test_a_file_read_survives_an_engine_that_loses_exec_output_simulated(
+    docker_backend: DockerBackend, make_spec: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moby/moby#27289: under load the engine can end an exec with exit 0 and none of its output,
+    which made a file read as empty (the editor would then save an empty file over it). The loss is
+    simulated on the real engine's answers (it cannot be provoked on demand): the first two reads
+    lose their output and are tried again; a read that loses it every time is an error saying so,
+    never an empty file."""
+    from labserver.backends.base import BackendError
+    from labserver.backends.docker import engines
+
+    real = engines.Engines.exec_blocking
+    losses = {"left": 0}
+
+    def lossy(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if losses["left"] > 0:
+            losses["left"] -= 1
+            return type(result)(0, b"", b"", False, result.duration_s)
+        return result
+
+    async def go() -> None:
+        ref = await docker_backend.create(make_spec())
+        await docker_backend.write_file(ref, "lab1/kept.py", b"print('kept')\n")
+        monkeypatch.setattr(engines.Engines, "exec_blocking", staticmethod(lossy))
+        losses["left"] = 2
+        assert await docker_backend.read_file(ref, "lab1/kept.py") == b"print('kept')\n"
+        assert losses["left"] == 0
+        losses["left"] = 2
+        assert "lab1/kept.py" in {e.path for e in await docker_backend.list_files(ref, "lab1")}
+        losses["left"] = 10**6
+        with pytest.raises(BackendError) as lost:
+            await docker_backend.read_file(ref, "lab1/kept.py")
+        assert lost.value.reason == "engine-output" and "Try again" in lost.value.message
+
+    asyncio.run(go())
