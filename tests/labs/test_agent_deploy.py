@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.labs.run_checker import run_checker
 
 LAB = REPO / "labs" / "agent-deploy"
 
@@ -165,8 +166,6 @@ def test_the_check_result_shows_the_attendees_own_log_as_written(solved: Path) -
     """Step 7's verdict carries the attendee's decision log and staged table as tables, in the
     check's language; hostile text in the attendee's log comes back character for character (the
     lab page puts each cell in a text node)."""
-    import os
-
     log = solved / "agent" / "log.py"
     hostile = "<script>alert(1)</script> & <b>{value:.2f}x</b>"
     log.write_text(
@@ -175,20 +174,8 @@ def test_the_check_result_shows_the_attendees_own_log_as_written(solved: Path) -
         ),
         encoding="utf-8",
     )
-    read, write = os.pipe()
-    env = {"PATH": "/usr/bin:/bin", "LAB_RESULT_FD": str(write), "LAB_RUN_ID": "t17", "LAB_LANG": "zh"}
-    proc = subprocess.run(
-        [sys.executable, "-I", str(LAB / "checks" / "07_staged_table.py")],
-        cwd=solved,
-        env=env,
-        pass_fds=(write,),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    os.close(write)
-    with os.fdopen(read, "rb") as fh:
-        verdict = json.loads(fh.read())
+    env = {"PATH": "/usr/bin:/bin", "LAB_RUN_ID": "t17", "LAB_LANG": "zh"}
+    verdict, proc = run_checker(LAB / "checks" / "07_staged_table.py", solved, env, timeout=300)
     assert proc.returncode == 0 and verdict["passed"], verdict["message"] + proc.stderr
     decisions, staged = verdict["tables"]
     assert decisions["title"].startswith("你的决策日志（out/decision_log.zh.md")

@@ -5,7 +5,6 @@ solution and the mutants), in process, without the child of the real check."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import subprocess
@@ -20,6 +19,7 @@ import yaml
 from labkit import emu
 
 from tests.conftest import REPO
+from tests.labs.run_checker import run_checker
 
 LAB = REPO / "labs" / "getting-started"
 MEASURE = LAB / "starter" / "measure.py"
@@ -109,20 +109,8 @@ def test_find_device_judges_the_attendees_environment_not_the_graders(
     """An NPU attendee's check runs in a grader without a card (Docker and Kubernetes backends):
     the expected kind is the environment's (``LAB_DEVICE`` from the server), not the grader's own."""
     (tmp_path / "device.txt").write_text(written + "\n")
-    read, write = os.pipe()
-    env = {**os.environ, "LAB_DEVICE": "npu", "LAB_LANG": "en", "LAB_RESULT_FD": str(write)}
-    proc = subprocess.run(
-        [sys.executable, str(LAB / "checks" / "01_find_device.py")],
-        cwd=tmp_path,
-        env=env,
-        pass_fds=(write,),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    os.close(write)
-    with os.fdopen(read) as f:
-        result = json.loads(f.read())
+    env = {**os.environ, "LAB_DEVICE": "npu", "LAB_LANG": "en"}
+    result, proc = run_checker(LAB / "checks" / "01_find_device.py", tmp_path, env, isolated=False)
     assert result["passed"] is passes, (result, proc.stderr)
     if not passes:
         assert "'npu'" in result["message"], result
