@@ -60,17 +60,26 @@ def attendee_number(env_id: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def kind_of(attendee_id: int, *, docker: int, local: int) -> str:
+    """The environment attendee ``attendee_id`` gets (ids count from 1): ``docker`` for the first
+    ``docker``, ``local`` for the next ``local``, ``light`` for the rest."""
+    if attendee_id <= docker:
+        return "docker"
+    return "local" if attendee_id <= docker + local else "light"
+
+
 class CrowdBackend(LocalBackend):
     """Local environments for attendees ``1..local``, light ones (no sandbox) for the others."""
 
     name = "local+light"
 
-    def __init__(self, settings: Settings, *, local: int) -> None:
+    def __init__(self, settings: Settings, *, local: int, docker: int = 0) -> None:
         super().__init__(settings)
         self.local = local
+        self.docker = docker  # attendees 1..docker are another backend's: local here too, if asked
 
     def is_light(self, ws: Path) -> bool:
-        return attendee_number(ws.name) > self.local
+        return kind_of(attendee_number(ws.name), docker=self.docker, local=self.local) == "light"
 
     def _command(
         self,
@@ -106,14 +115,14 @@ class RoomBackend:
     def __init__(self, settings: Settings, *, docker: int, local: int) -> None:
         self.docker_count = docker
         self.docker = DockerBackend(settings)
-        #: the local attendees are the ``local`` after the Docker ones
-        self.crowd = CrowdBackend(settings, local=docker + local)
+        self.crowd = CrowdBackend(settings, local=local, docker=docker)
 
     def _of(self, ref: EnvRef) -> Any:
         return self.docker if ref.backend == self.docker.name else self.crowd
 
     async def create(self, spec: EnvSpec, progress: ProgressCallback | None = None) -> EnvRef:
-        if attendee_number(spec.env_id) <= self.docker_count:
+        kind = kind_of(attendee_number(spec.env_id), docker=self.docker_count, local=self.crowd.local)
+        if kind == "docker":
             return await self.docker.create(spec, progress)
         return await self.crowd.create(spec, progress)
 

@@ -69,6 +69,7 @@ from clients import (
     stop_server,
     wait_healthy,
 )
+from crowd_backend import kind_of
 
 TOKEN = "rehearsal-instructor"
 CODE = "REHEARSE"
@@ -136,12 +137,6 @@ class Rehearsal:
         self.tasks: set[asyncio.Task[None]] = set()
         self.path, self.body = STEP_FILES.get((args.lab, args.step), ("notes/rehearsal.txt", b"rehearsal\n"))
 
-    def kind_of(self, attendee_id: int) -> str:
-        """The environment ``crowd_backend`` gives attendee ``attendee_id`` (ids count from 1)."""
-        if attendee_id <= self.args.docker:
-            return "docker"
-        return "local" if attendee_id <= self.args.docker + self.args.local else "light"
-
     def spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
@@ -195,7 +190,7 @@ class Rehearsal:
                 who.token, attendee_id = await self.timed(
                     "POST /api/v1/join", join_as(client, CODE, who.name)
                 )
-                who.kind = self.kind_of(attendee_id)
+                who.kind = kind_of(attendee_id, docker=self.args.docker, local=self.args.local)
                 self.fig.joined += 1
                 stream = asyncio.ensure_future(self.follow_attendee(client, who))
                 await self.timed(
@@ -543,7 +538,6 @@ def docker_preflight(args: argparse.Namespace) -> None:
         sys.exit(
             f"--docker {args.docker}: no Docker engine answers ({exc}); start dockerd or pass --docker 0"
         )
-    sys.path.insert(0, str(REPO / "bench"))
     from crowd_backend import docker_capacity
 
     room, how = asyncio.run(docker_capacity(settings))
@@ -559,7 +553,6 @@ def docker_preflight(args: argparse.Namespace) -> None:
 def remove_docker(args: argparse.Namespace) -> None:
     if not args.docker:
         return
-    sys.path.insert(0, str(REPO / "bench"))
     from crowd_backend import remove_docker_environments
 
     from labserver.config import Settings
