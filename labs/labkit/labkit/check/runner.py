@@ -355,3 +355,17 @@ def run_script(
     with tempfile.TemporaryDirectory(prefix="labkit-run-") as tmp:
         code, stdout, stderr, timed_out = _run(wrapper, os.getcwd(), child_env(env), timeout, tmp)
     return ScriptResult(code, stdout, stderr, timed_out)
+
+
+_spawned_cpu_s = 0.0
+
+
+def spawned_cpu_s() -> float:
+    """CPU seconds (user + system) of the attendee-code children this process had run for it that
+    ``getrusage(RUSAGE_CHILDREN)`` does not see (children forked by a fork server, not by us)."""
+    return _spawned_cpu_s
+
+
+def _add_spawned_cpu(seconds: float) -> None:
+    global _spawned_cpu_s
+    _spawned_cpu_s += max(0.0, float(seconds))
