@@ -144,6 +144,7 @@ def check_finished(run: CheckRun) -> None:
             "step": run.step_id,
             "status": str(run.status),
             "duration_s": round(run.duration_s, 3),
+            "cpu_s": None if run.cpu_s is None else round(run.cpu_s, 3),
             "queue_wait_s": None if wait is None else round(wait, 3),
         },
     )

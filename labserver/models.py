@@ -120,6 +120,9 @@ class CheckRun(SQLModel, table=True):
     log_truncated: bool = False
     exit_code: int | None = None
     duration_s: float = 0.0
+    # CPU seconds the check cost: what its checker reported (labserver.checks.verdict), else what
+    # the backend measured (a timeout reports nothing); a figure for the costs, never a judgement
+    cpu_s: float | None = None
     created_at: dt.datetime = Field(default_factory=_now)
     finished_at: dt.datetime | None = None
 

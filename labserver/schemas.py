@@ -347,6 +347,7 @@ class CheckRunPublic(_Out):
     log_truncated: bool
     exit_code: int | None
     duration_s: float
+    cpu_s: float | None  # what the check cost in CPU seconds (a figure; None: not known)
     created_at: str
     finished_at: str | None
 
@@ -365,6 +366,7 @@ class CheckRunPublic(_Out):
             log_truncated=run.log_truncated,
             exit_code=run.exit_code,
             duration_s=round(run.duration_s, 3),
+            cpu_s=None if run.cpu_s is None else round(run.cpu_s, 3),
             created_at=run.created_at.isoformat(),
             finished_at=_iso(run.finished_at),
         )

@@ -13,6 +13,17 @@ verdicts, bad JSON, exit 2, a signal,
 exit code disagreeing with verdict)
 ====================================  ==========
 
+The verdict's optional ``cpu_s`` (what the check cost, CPU seconds, reported by the checker:
+``labkit.check.verdict.cpu_seconds``) is a figure, never a judgement:
+
+====================================  ==========================================
+``cpu_s`` in the verdict              ``Verdict.cpu_s``
+====================================  ==========================================
+a finite number >= 0                  that number
+absent, negative, not finite, a       None (ignored: the status is unchanged)
+bool or not a number
+====================================  ==========================================
+
 A check result is committed to the database before it is returned or published."""
 
 from __future__ import annotations
@@ -35,6 +46,8 @@ class Verdict:
     #: ``[{"title": str, "columns": [str], "rows": [[str]]}]``: plain-text cells (the page shows
     #: them as text, never as HTML or Markdown: a table may quote the attendee's own files)
     tables: list[dict[str, Any]] = field(default_factory=list)
+    #: CPU seconds the checker says the check cost (a figure: never trusted for pass or fail)
+    cpu_s: float | None = None
 
 
 #: caps on the tables of one verdict (labkit.check.table applies the same ones)
@@ -71,6 +84,13 @@ def _clean_tables(tables: Any) -> tuple[list[dict[str, Any]] | None, str]:
             }
         )
     return out, ""
+
+
+def _clean_cpu_s(value: Any) -> float | None:
+    """The verdict's ``cpu_s`` when it is a finite number >= 0, else None (the table above)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def _parse_result(data: bytes) -> tuple[dict[str, Any] | None, str]:
@@ -131,7 +151,8 @@ def interpret(raw: CheckRaw, timeout_s: float) -> Verdict:
     if passed is None:
         return Verdict(CheckStatus.error, f"Checker error: {problem}")
     if (passed and code == 0) or (not passed and code == 1):
-        return Verdict(CheckStatus.passed if passed else CheckStatus.failed, message, hints, metrics, tables)
+        status = CheckStatus.passed if passed else CheckStatus.failed
+        return Verdict(status, message, hints, metrics, tables, _clean_cpu_s(obj.get("cpu_s")))
     return Verdict(
         CheckStatus.error,
         f"Checker error: its exit status {code} disagrees with its verdict "

@@ -184,6 +184,7 @@ def record_check(
                 log_truncated=raw.log_truncated,
                 exit_code=raw.exit_code,
                 duration_s=raw.duration_s,
+                cpu_s=verdict.cpu_s,
                 finished_at=clock.now(),
             )
             session.add(run)

@@ -149,6 +149,7 @@ async def _check_once(
         run.log_truncated = raw.log_truncated
         run.exit_code = raw.exit_code
         run.duration_s = raw.duration_s
+        run.cpu_s = verdict.cpu_s
     except BackendError as exc:
         if not_gradable.is_platform_fault(exc):
             log.warning(

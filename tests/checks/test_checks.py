@@ -240,3 +240,42 @@ def test_tables_are_capped() -> None:
 )
 def test_interpret_maps_exit_and_verdict(raw: CheckRaw, status: CheckStatus) -> None:
     assert interpret(raw, 5).status == status
+
+
+@pytest.mark.parametrize(
+    "cpu,expected",
+    [
+        ("1.25", 1.25),
+        ("0", 0.0),
+        ("3", 3.0),
+        ("-1", None),
+        ("true", None),
+        ('"2"', None),
+        ("1e999", None),  # JSON's way to say infinity
+        ("null", None),
+    ],
+)
+def test_the_verdicts_cpu_s_is_a_figure_kept_when_valid_else_ignored(
+    cpu: str, expected: float | None
+) -> None:
+    body = b'{"passed": true, "message": "ok", "cpu_s": ' + cpu.encode() + b"}"
+    verdict = interpret(CheckRaw(0, body, b"", False, False, 0.1), 5)
+    assert verdict.status == CheckStatus.passed  # never judged by it
+    assert verdict.cpu_s == expected
+    no_cpu = interpret(CheckRaw(1, b'{"passed": false, "message": "no"}', b"", False, False, 0.1), 5)
+    assert no_cpu.status == CheckStatus.failed and no_cpu.cpu_s is None
+
+
+def test_a_check_run_stores_what_its_checker_says_it_cost(proto_client) -> None:  # type: ignore[no-untyped-def]
+    client, app = proto_client
+    headers = join(client)
+    assert client.put(
+        "/api/v1/labs/protocol/files/solution.py", content=ATTENDEE_CODE["right"], headers=headers
+    )
+    run = check(client, headers, "judge")
+    assert run["status"] == "passed", run
+    # the checker and the attendee child it ran (which imports torch) cost well over 0.1 CPU-s
+    assert run["cpu_s"] is not None and run["cpu_s"] > 0.1
+    with Session(app.state.ctx.engine) as s:
+        row = s.exec(select(CheckRun).where(CheckRun.id == run["id"])).one()
+    assert row.cpu_s == pytest.approx(run["cpu_s"], abs=1e-3)

@@ -101,6 +101,8 @@ def test_passing_checker_writes_one_verdict_and_exits_0(run_checker):
         """
     )
     assert run.exit_code == 0, run.stderr
+    cpu_s = run.verdicts[0].pop("cpu_s")
+    assert isinstance(cpu_s, float) and 0 < cpu_s < 60  # at least the interpreter's own start
     assert run.verdicts == [
         {"passed": True, "message": "Well done.", "hints": [], "metrics": {"speedup": 2.5, "count": 3}}
     ]
@@ -118,7 +120,33 @@ def test_failure_becomes_a_failed_verdict_in_chinese(run_checker):
         lang="zh",
     )
     assert run.exit_code == 1
+    assert run.verdicts[0].pop("cpu_s") >= 0
     assert run.verdicts == [{"passed": False, "message": "还没有。", "hints": ["再试试。"], "metrics": {}}]
+
+
+def test_the_verdict_reports_the_cpu_of_the_checker_and_of_the_attendee_code_it_ran(run_checker):
+    """``cpu_s`` counts the children the checker ran (RUSAGE_CHILDREN): an attendee script that
+    burns a CPU-second makes the verdict report at least that."""
+    run = run_checker(
+        """
+        from labkit.check import main, run_script
+        def check():
+            res = run_script(["python", "burn.py"], timeout=60)
+            assert res.ok, res.stderr
+            return "burnt"
+        main(check)
+        """,
+        {
+            "burn.py": """
+            import time
+            end = time.process_time() + 1.0
+            while time.process_time() < end:
+                pass
+            """
+        },
+    )
+    assert run.exit_code == 0, run.stderr
+    assert run.verdicts[0]["cpu_s"] >= 1.0
 
 
 def test_checker_bug_exits_2_with_no_verdict(run_checker):

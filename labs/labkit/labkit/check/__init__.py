@@ -27,7 +27,7 @@ from .runner import (
     run_function,
     run_script,
 )
-from .verdict import Failure, failed, main, msg, passed, result, table
+from .verdict import Failure, cpu_seconds, failed, main, msg, passed, result, table
 
 __all__ = [
     "AttendeeError",
@@ -36,6 +36,7 @@ __all__ = [
     "Frame",
     "ScriptResult",
     "child_env",
+    "cpu_seconds",
     "describe_error",
     "expect",
     "expect_close",

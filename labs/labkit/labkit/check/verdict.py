@@ -1,8 +1,12 @@
 """The checker's side of the result protocol (DESIGN.md, "The checker protocol").
 
 A checker ends with exactly one verdict: a JSON object ``{"passed", "message", "hints",
-"metrics"}`` (and ``"tables"`` when the checker attached any with :func:`table`) written to the inherited pipe whose descriptor number is in ``LAB_RESULT_FD``,
-followed by exit status 0 (passed) or 1 (failed). Anything else (a crash, no verdict, a
+"metrics", "cpu_s"}`` (and ``"tables"`` when the checker attached any with :func:`table`) written to
+the inherited pipe whose descriptor number is in ``LAB_RESULT_FD``, followed by exit status 0
+(passed) or 1 (failed). ``cpu_s`` is what the check cost, in CPU seconds (user + system) of the
+checker, the children it waited for and the children a fork server ran for it
+(:func:`cpu_seconds`); the server keeps it as a figure (``labserver selftest --record-costs``
+records it per step) and never judges by it. Anything else (a crash, no verdict, a
 disagreement between verdict and exit code) is a *checker error* for the server.
 
 When ``LAB_RESULT_FD`` is unset (someone runs a checker by hand) the verdict is printed in a
@@ -15,12 +19,13 @@ import contextlib
 import json
 import math
 import os
+import resource
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
-__all__ = ["Failure", "failed", "main", "msg", "passed", "result", "table"]
+__all__ = ["Failure", "cpu_seconds", "failed", "main", "msg", "passed", "result", "table"]
 
 MAX_MESSAGE_CHARS = 8000
 MAX_HINTS = 20
@@ -78,6 +83,18 @@ def _clean_metrics(metrics: Mapping[str, object] | None) -> dict[str, float | in
     return out
 
 
+def cpu_seconds() -> float:
+    """The CPU seconds (user + system) this check has cost so far: this process, its children it
+    waited for (``RUSAGE_CHILDREN``) and the attendee-code children a fork server ran for it
+    (:func:`labkit.check.runner.spawned_cpu_s`), which ``RUSAGE_CHILDREN`` does not see."""
+    from .runner import spawned_cpu_s  # runner imports this module: import at call time
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + spawned_cpu_s()
+    return round(total, 3)
+
+
 def _verdict(
     passed: bool, message: str, hints: Iterable[str] | str, metrics: Mapping[str, object] | None
 ) -> dict:
@@ -90,6 +107,7 @@ def _verdict(
         "message": message,
         "hints": hint_list[:MAX_HINTS],
         "metrics": _clean_metrics(metrics),
+        "cpu_s": cpu_seconds(),
     }
     if _TABLES:
         out["tables"] = list(_TABLES)
