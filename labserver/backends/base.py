@@ -234,12 +234,50 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class CheckUsage:
+    """What a check's processes used: ``cpu_s``, CPU seconds (user + system, the children they
+    waited for included), and ``run_delay_s``, the seconds they were runnable but waiting for a CPU
+    (Linux ``schedstat``), summed over their processes and threads. A sleeping process adds to
+    neither; a process on a machine too busy for it adds to the second."""
+
+    cpu_s: float
+    run_delay_s: float
+
+
+@runtime_checkable
+class CheckMeter(Protocol):
+    """Reads what a running check's processes use (:mod:`labserver.backends.meter` reads
+    ``/proc``). The caller may put one in :attr:`CheckRequest.meter`; the fair check queue reads it
+    while the check runs (a check that uses no CPU lends its slot) and
+    :func:`labserver.checks.timeouts.blame` reads its last sample after a timeout.
+
+    What a backend that runs the checker as a process it can see (``local``) must do with it:
+
+    - ``attach(pid)`` once, as soon as the checker's process exists: the check is that process and
+      its descendants;
+    - ``sample()`` on a timeout, **before** it kills them (afterwards there is nothing to read).
+
+    A backend that cannot see the processes (a remote engine) leaves the meter alone: the check is
+    then unmeasured, never idle for the queue, and a timeout is the attendee's as before. Both
+    methods are cheap, never raise and may be called from any thread."""
+
+    def attach(self, pid: int) -> None: ...
+
+    def sample(self) -> CheckUsage | None:
+        """What the check used so far (None before ``attach`` or when nothing can be read); once
+        the processes are gone, the last sample taken while they lived."""
+        ...
+
+
+@dataclass(frozen=True)
 class CheckRequest:
     """Run one step's checker per DESIGN's checker protocol.
 
     ``checker`` is the checker file on the server (taken from the lab folder, never from the
     workspace); it runs with ``/workspace/<lab_id>`` as working directory, read-only, with ``env``
-    (the ``LAB_*`` variables) plus ``LAB_RESULT_FD`` pointing at the result channel."""
+    (the ``LAB_*`` variables) plus ``LAB_RESULT_FD`` pointing at the result channel, for at most
+    ``timeout_s`` seconds (the step's wall budget: :func:`labserver.checks.timeouts.wall_budget`).
+    ``meter``: see :class:`CheckMeter` (what a backend must do with it)."""
 
     lab_id: str
     step_id: str
@@ -247,6 +285,7 @@ class CheckRequest:
     env: Mapping[str, str]
     timeout_s: float = 60.0
     log_limit: int = 64 * 1024
+    meter: CheckMeter | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

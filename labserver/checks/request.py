@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import uuid
 
-from labserver.backends.base import CheckRequest, EnvRef
+from labserver.backends.base import CheckMeter, CheckRequest, EnvRef
+from labserver.checks.timeouts import wall_budget
 from labserver.content import Lab, Step
 
 DEFAULT_LOG_LIMIT = 64 * 1024
@@ -57,13 +58,20 @@ def check_request(
     lang: str = "en",
     log_limit: int = DEFAULT_LOG_LIMIT,
     run_id: str | None = None,
+    timeout_s: float | None = None,
+    meter: CheckMeter | None = None,
 ) -> CheckRequest:
-    """The request that runs ``step``'s checker in the environment ``ref``."""
+    """The request that runs ``step``'s checker in the environment ``ref``, for ``timeout_s``
+    seconds (default: the step's wall budget from its recorded cost,
+    :func:`labserver.checks.timeouts.wall_budget`); ``meter`` reads what it uses (base.CheckMeter)."""
+    if timeout_s is None:
+        timeout_s = wall_budget(step.spec.timeout_s, lab.costs.get(step.id))
     return CheckRequest(
         lab_id=lab.id,
         step_id=step.id,
         checker=step.checker,
-        timeout_s=step.spec.timeout_s,
+        timeout_s=timeout_s,
         log_limit=log_limit,
         env=lab_env(lab, step, device=ref.device, run_id=run_id or new_run_id(), lang=lang),
+        meter=meter,
     )

@@ -9,7 +9,12 @@ in Chinese); the lab folder is restored from a snapshot between mutants.
 Everything goes through the :class:`~labserver.backends.base.Backend` protocol (create, file
 writes, exec, run_check, destroy), so the same self-test runs on every backend; the default is a
 throwaway ``local`` backend from :func:`labserver.backends.make_backend`. Requests come from the
-one builder, :func:`labserver.checks.request.check_request`."""
+one builder, :func:`labserver.checks.request.check_request`, with each step's whole ``timeout_s``
+(not the wall budget a room's checks get from the recorded costs).
+
+Costs: each result keeps the ``cpu_s`` its checker reported; :meth:`SelftestReport.costs` is, per
+step, the largest of its solution-phase checks, which ``labserver selftest LAB --record-costs``
+writes to ``checks/costs.yaml`` (:mod:`labserver.content.costs`)."""
 
 from __future__ import annotations
 
@@ -45,6 +50,11 @@ class StepResult:
     seconds: float = 0.0  # wall time of the check run
 
     @property
+    def cpu_s(self) -> float | None:
+        """CPU seconds the checker reported for this run (None: it reported none)."""
+        return self.verdict.cpu_s
+
+    @property
     def ok(self) -> bool:
         return self.verdict.status == self.expected and not self.problem
 
@@ -74,6 +84,15 @@ class SelftestReport:
                 f"{mark} {r.phase:8} {r.label:40} expected {r.expected:6} got {r.verdict.status:7} "
                 f"{r.problem or first}"
             )
+        return out
+
+    def costs(self) -> dict[str, float]:
+        """Per step, the largest ``cpu_s`` of its passing solution-phase checks (steps whose
+        checker reported none are left out)."""
+        out: dict[str, float] = {}
+        for r in self.results:
+            if r.phase == "solution" and r.ok and r.cpu_s is not None:
+                out[r.step] = max(out.get(r.step, 0.0), r.cpu_s)
         return out
 
     def mutant_table(self) -> list[str]:
@@ -106,9 +125,10 @@ async def _check(
     backend: Backend, ref: EnvRef, lab: Lab, step: Step, settings: Settings, lang: str = "en"
 ) -> tuple[Verdict, str, float]:
     t0 = time.monotonic()
-    raw = await backend.run_check(
-        ref, check_request(lab, step, ref, lang=lang, log_limit=settings.checks.log_limit_bytes)
+    request = check_request(
+        lab, step, ref, lang=lang, log_limit=settings.checks.log_limit_bytes, timeout_s=step.spec.timeout_s
     )
+    raw = await backend.run_check(ref, request)
     return interpret(raw, step.spec.timeout_s), raw.log.decode("utf-8", "replace"), time.monotonic() - t0
 
 

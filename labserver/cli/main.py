@@ -144,11 +144,20 @@ def selftest(
     lab: Annotated[str, typer.Argument(help="Lab id or folder")],
     solution: Annotated[Path | None, typer.Option(help="Use this solution folder instead")] = None,
     mutants: Annotated[bool, typer.Option(help="Also run the lab's mutants (wrong solutions)")] = True,
+    record_costs: Annotated[
+        bool,
+        typer.Option(
+            "--record-costs",
+            help="Write each step's check cost on the solution (CPU-s) to checks/costs.yaml",
+        ),
+    ] = False,
 ) -> None:
     """Starter must fail, solution must pass step by step, and every mutant must fail its step,
-    on a throwaway local environment; prints a mutant table per step."""
+    on a throwaway local environment; prints a mutant table per step. With --record-costs, each
+    step's check cost on the solution goes to the lab's checks/costs.yaml (docs/writing-labs.md)."""
     from labserver.checks.selftest import selftest as run
     from labserver.content import Lab, load_lab
+    from labserver.content.costs import write_costs
 
     settings = Settings()
     path = Path(lab) if Path(lab).is_dir() else settings.labs_dir / lab
@@ -170,11 +179,32 @@ def selftest(
 
     report = run(loaded, settings=settings, solution=solution, on_result=show, mutants=mutants)
     typer.echo("\n".join(["", *report.mutant_table(), ""]))
+    unrecorded = False
+    if record_costs:
+        unrecorded = True
+        solved = [r for r in report.results if r.phase == "solution"]
+        costs = report.costs()
+        if not solved or not all(r.ok for r in solved):
+            typer.echo("costs not recorded: the solution did not pass every step", err=True)
+        elif missing := [s.id for s in loaded.steps if s.id not in costs]:
+            typer.echo(
+                f"costs not recorded: no cpu_s in the verdict of {', '.join(missing)} "
+                "(a checker that does not end through labkit.check reports none)",
+                err=True,
+            )
+        else:
+            path = write_costs(loaded.path, costs, [s.id for s in loaded.steps])
+            for step_id, cost in costs.items():
+                typer.echo(f"cost {step_id:28} {cost:7.2f} CPU-s")
+            typer.echo(f"recorded in {path}")
+            unrecorded = False
     if report.ok:
         typer.echo(f"selftest {loaded.id}: all {len(report.results)} checks behaved")
     else:
         names = ", ".join(sorted({f"{r.phase}/{r.step}" for r in report.failures()}))
         typer.echo(f"selftest {loaded.id}: FAILED at {names}", err=True)
+        raise typer.Exit(1)
+    if unrecorded:
         raise typer.Exit(1)
 
 

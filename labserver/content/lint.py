@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labserver.content.costs import COSTS_FILE, LINT_FACTOR
 from labserver.content.loader import NOT_LABS, Lab, Problem, load_lab
 from labserver.content.markdown import fence_problems
 from labserver.content.mutants import MIN_MUTANTS_PER_STEP
@@ -42,6 +43,18 @@ def lint_lab(path: Path) -> list[Problem]:
                 problems.append(
                     Problem("warning", rel, f"{where}.hints[{j}]", "no Simplified Chinese text (zh)")
                 )
+        cost = lab.costs.get(step.id)
+        if cost is not None and step.spec.timeout_s < LINT_FACTOR * cost:
+            problems.append(
+                Problem(
+                    "warning",
+                    rel,
+                    f"{where}.timeout_s",
+                    f"{step.spec.timeout_s:g} s is under {LINT_FACTOR:g}x the {cost:g} CPU-s its check "
+                    f"costs on the reference ({COSTS_FILE}): a busy machine times out correct work; "
+                    f"make it at least {LINT_FACTOR * cost:g}",
+                )
+            )
         count = len(lab.mutants_of(step.id))
         if count < MIN_MUTANTS_PER_STEP:
             problems.append(

@@ -3,12 +3,14 @@ as unavailable, so one broken folder never stops the server."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
+from labserver.content.costs import COSTS_FILE, load_costs
 from labserver.content.mutants import Mutant, load_mutants
 from labserver.content.schema import LabSpec, StepSpec
 
@@ -50,6 +52,8 @@ class Lab:
     path: Path
     steps: tuple[Step, ...]
     mutants: tuple[Mutant, ...] = ()
+    #: step id -> CPU seconds of its check on the reference (``checks/costs.yaml``; content/costs.py)
+    costs: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -145,9 +149,11 @@ def load_lab(path: Path) -> Lab | BrokenLab:
         problems.append(Problem("error", f"{path.name}/starter", "", "the starter/ folder is missing"))
     mutants, mutant_problems = load_mutants(path, [s.id for s in spec.steps])
     problems += [Problem("error", m.file, m.field, m.message) for m in mutant_problems]
+    costs, cost_problems = load_costs(path, [s.id for s in spec.steps])
+    problems += [Problem("error", f"{path.name}/{COSTS_FILE}", f, m) for f, m in cost_problems]
     if any(p.level == "error" for p in problems):
         return BrokenLab(path.name, path, tuple(problems))
-    return Lab(spec, path, tuple(steps), mutants)
+    return Lab(spec, path, tuple(steps), mutants, costs)
 
 
 class LabCatalog:

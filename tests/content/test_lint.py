@@ -105,3 +105,57 @@ def test_run_marker_renders_a_button_and_escapes_html() -> None:
     html = render("```bash run\necho '<b>'\n```\n\n<script>alert(1)</script>\n")
     assert 'class="run-in-terminal"' in html and 'data-command="echo &#x27;&lt;b&gt;&#x27;"' in html
     assert "<script>" not in html
+
+
+def test_a_timeout_under_5x_the_recorded_cost_is_a_warning(tmp_path: Path) -> None:
+    lab = copy_lab(tmp_path)
+    (lab / "checks" / "costs.yaml").write_text("write-file: 6.5\nfind-device: 2\n")
+    found = lint_lab(lab)
+    slow = [p for p in found if p.field == "steps[2] (step 'write-file').timeout_s"]
+    assert [p.level for p in slow] == ["warning"], found
+    assert "30 s is under 5x the 6.5 CPU-s" in slow[0].message and "at least 32.5" in slow[0].message
+    assert not [p for p in found if "find-device" in p.field and "timeout_s" in p.field]  # 60 >= 5 x 2
+    assert not [p for p in found if p.level == "error"]
+    (lab / "checks" / "costs.yaml").write_text("write-file: 6\n")  # 30 = 5 x 6: enough
+    assert not [p for p in lint_lab(lab) if "timeout_s" in p.field]
+
+
+@pytest.mark.parametrize(
+    "text,field,needle",
+    [
+        ("no-such-step: 1\n", "no-such-step", "no step 'no-such-step' in lab.yaml"),
+        ("write-file: fast\n", "write-file", "'fast' is not a number"),
+        ("write-file: -1\n", "write-file", "above 0"),
+        ("write-file: .nan\n", "write-file", "above 0"),
+        ("write-file: true\n", "write-file", "not a number"),
+        ("- write-file\n", "", "must be a mapping"),
+        ("write-file: [1\n", "", "not valid YAML"),
+    ],
+)
+def test_a_malformed_costs_file_is_an_error_naming_file_and_field(
+    tmp_path: Path, text: str, field: str, needle: str
+) -> None:
+    lab = copy_lab(tmp_path)
+    (lab / "checks" / "costs.yaml").write_text(text)
+    errors = [p for p in lint_lab(lab) if p.level == "error"]
+    assert [(p.file, p.field) for p in errors] == [("getting-started/checks/costs.yaml", field)], errors
+    assert needle in errors[0].message
+
+
+def test_recorded_costs_are_written_in_step_order_and_merged(tmp_path: Path) -> None:
+    from labserver.content.costs import load_costs, write_costs
+    from labserver.content.loader import Lab, load_lab
+
+    lab = copy_lab(tmp_path)
+    ids = ["find-device", "run-script", "write-file"]
+    write_costs(lab, {"write-file": 0.004, "find-device": 2.345}, ids)
+    assert load_costs(lab, ids) == ({"find-device": 2.35, "write-file": 0.01}, [])
+    write_costs(lab, {"run-script": 1.5}, ids)  # a partial recording forgets nothing
+    text = (lab / "checks" / "costs.yaml").read_text()
+    assert (
+        text.startswith("# CPU seconds") and "find-device: 2.35\nrun-script: 1.5\nwrite-file: 0.01\n" in text
+    )
+    loaded = load_lab(lab)
+    assert isinstance(loaded, Lab) and loaded.costs["run-script"] == 1.5
+    with pytest.raises(ValueError, match="no such step in the lab: nope"):
+        write_costs(lab, {"nope": 1.0}, ids)

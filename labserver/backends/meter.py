@@ -1,0 +1,144 @@
+"""What a running check's processes use, read from Linux ``/proc``: the :class:`CheckMeter` of
+backends that run checkers as processes of this machine (``local``).
+
+A check is the checker's process and its descendants (found by parent pid, so attendee code that
+``labkit.check`` starts in a session of its own is included). Per process, ``/proc/<pid>/stat``
+gives its CPU (``utime + stime``) and that of the children it has waited for (``cutime +
+cstime``): summing both over the live tree counts a finished child once, in its parent. Per thread,
+``/proc/<pid>/task/<tid>/schedstat`` gives the run delay (nanoseconds runnable but not running);
+the kernel never adds it to a parent, so the meter keeps the last value of every thread it has
+seen. Both files are readable for processes of any user (mode 0444), also those made non-dumpable.
+
+:func:`sample_all` reads the process table once for many meters (the fair queue samples every
+running check each second); the parsers are pure functions, tested on kernel text.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from labserver.backends.base import CheckUsage
+
+PROC = Path("/proc")
+CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    ppid: int
+    start: int  # clock ticks after boot: with the pid, names one process
+    cpu_s: float  # utime + stime + cutime + cstime
+
+
+def parse_stat(text: str) -> ProcStat:
+    """``/proc/<pid>/stat`` (proc(5)): the command may hold spaces and parentheses, so fields are
+    counted after its last ``)``."""
+    pid = int(text[: text.index(" ")])
+    rest = text[text.rindex(")") + 2 :].split()
+    # rest[0] is field 3 (state): field n is rest[n - 3]
+    ticks = sum(int(rest[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime (14-17)
+    return ProcStat(pid, int(rest[1]), int(rest[19]), ticks / CLK_TCK)
+
+
+def parse_schedstat(text: str) -> float:
+    """Run delay in seconds from ``schedstat`` (``on-cpu-ns run-delay-ns timeslices``)."""
+    return int(text.split()[1]) / 1e9
+
+
+def process_table(proc: Path = PROC) -> dict[int, ProcStat]:
+    """Every process now alive, by pid (processes that end while it is read are left out)."""
+    table: dict[int, ProcStat] = {}
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = parse_stat((proc / entry.name / "stat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue
+        table[stat.pid] = stat
+    return table
+
+
+def tree(table: Mapping[int, ProcStat], root: int) -> list[ProcStat]:
+    """``root`` and its descendants in ``table`` (empty when ``root`` is gone)."""
+    if root not in table:
+        return []
+    children: dict[int, list[int]] = {}
+    for stat in table.values():
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(table[pid])
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+class ProcessMeter:
+    """A :class:`~labserver.backends.base.CheckMeter` over ``/proc``: the check is the process
+    ``attach`` names and its descendants."""
+
+    def __init__(self, proc: Path = PROC) -> None:
+        self._proc = proc
+        self._lock = threading.Lock()
+        self._root: tuple[int, int] | None = None  # (pid, start): a reused pid is not ours
+        self._delays: dict[tuple[int, int, str], float] = {}
+        self._cpu_s = 0.0
+        self._last: CheckUsage | None = None
+
+    def attach(self, pid: int) -> None:
+        try:
+            start = parse_stat((self._proc / str(pid) / "stat").read_text()).start
+        except (OSError, ValueError, IndexError):
+            return  # already gone: nothing to measure
+        with self._lock:
+            self._root = (pid, start)
+
+    @property
+    def attached(self) -> bool:
+        return self._root is not None
+
+    @property
+    def last(self) -> CheckUsage | None:
+        """The last sample (None when none was taken)."""
+        return self._last
+
+    def sample(self, table: Mapping[int, ProcStat] | None = None) -> CheckUsage | None:
+        with self._lock:
+            if self._root is None:
+                return None
+            pid, start = self._root
+            if table is None:
+                table = process_table(self._proc)
+            root = table.get(pid)
+            members = tree(table, pid) if root is not None and root.start == start else []
+            if not members:
+                return self._last
+            self._cpu_s = max(self._cpu_s, sum(m.cpu_s for m in members))
+            for m in members:
+                try:
+                    tasks = list(os.scandir(self._proc / str(m.pid) / "task"))
+                except OSError:
+                    continue
+                for task in tasks:
+                    try:
+                        delay = parse_schedstat((Path(task.path) / "schedstat").read_text())
+                    except (OSError, ValueError, IndexError):
+                        continue
+                    self._delays[(m.pid, m.start, task.name)] = delay
+            self._last = CheckUsage(round(self._cpu_s, 3), round(sum(self._delays.values()), 3))
+            return self._last
+
+
+def sample_all(meters: Iterable[ProcessMeter], proc: Path = PROC) -> None:
+    """Sample every attached meter of ``meters`` from one read of the process table."""
+    attached = [m for m in meters if m.attached]
+    if attached:
+        table = process_table(proc)
+        for meter in attached:
+            meter.sample(table)
