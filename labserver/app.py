@@ -91,6 +91,8 @@ def build_context(settings: Settings) -> AppContext:
             budget_s=settings.checks.fair_budget_s,
             window_s=settings.checks.fair_window_s,
             reserve=settings.checks.fair_reserve,
+            idle_after_s=settings.checks.idle_after_s,
+            idle_cpu_s=settings.checks.idle_cpu_s,
         )
     for broken in ctx.catalog.broken.values():
         log.error("lab %s is unavailable: %s", broken.id, "; ".join(map(str, broken.problems)))

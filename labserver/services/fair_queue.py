@@ -18,6 +18,15 @@ Rules
 - **FIFO across attendees, least usage first.** Among those who may run, attendees within budget go
   before those over it; then the attendee with less usage; then the one who has waited longest
   (their oldest waiting ticket). An attendee's own checks run in the order they were pressed.
+- **A check that uses no CPU lends its slot.** A running check whose processes used less than
+  ``idle_cpu_s`` CPU-seconds over the last ``idle_after_s`` seconds (attendee code that sleeps,
+  waits for input or for a lock: the red team's four sleepers held every slot for a minute) is
+  *idle*: it does not count against ``slots``, so the next waiting check starts beside it. At most
+  ``max_lent`` (default ``slots``) idle checks are not counted at once, so at most ``slots +
+  max_lent`` checks ever run. An idle check that computes again counts again (no new check starts
+  until the running ones fit in ``slots``); it is never stopped for being idle: its wall budget ends
+  it (checks/timeouts.py). Checks whose backend cannot measure them (no ``CheckMeter`` attached)
+  are never idle.
 - A waiting check's **position** is its place in the order :func:`order` gives (1 = next); the
   attendee's page shows it (live event ``check.queued``).
 """
@@ -33,6 +42,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from labserver import metrics
+from labserver.backends.meter import ProcessMeter, sample_all
 
 
 @dataclass(frozen=True)
@@ -71,11 +81,17 @@ def pick(
     slots: int,
     budget_s: float,
     reserve: int = 1,
+    idle: Mapping[int, int] | None = None,
+    max_lent: int = 0,
 ) -> list[Ticket]:
-    """The tickets that start now, given who runs (``running``: attendee -> checks running) and
-    their ``usage``; at most the free slots, honouring every rule of the module docstring."""
-    busy = sum(running.values())
-    over_busy = sum(n for a, n in running.items() if usage.get(a, 0.0) >= budget_s)
+    """The tickets that start now, given who runs (``running``: attendee -> checks running), which
+    of those are idle (``idle``: attendee -> idle checks, at most ``max_lent`` of them not counted)
+    and their ``usage``; at most the free slots, honouring every rule of the module docstring."""
+    idle = idle or {}
+    idle_of = {a: min(idle.get(a, 0), n) for a, n in running.items()}
+    lent = min(sum(idle_of.values()), max(max_lent, 0))
+    busy = sum(running.values()) - lent
+    over_busy = sum(n - idle_of[a] for a, n in running.items() if usage.get(a, 0.0) >= budget_s)
     cap_over = max(slots - max(reserve, 0), 1 if slots > 0 else 0)
     started: list[Ticket] = []
     now_running = dict(running)
@@ -101,6 +117,17 @@ class _Use:
     running_since: float | None = None
 
 
+@dataclass
+class _Metered:
+    """A running check with a meter: the CPU it had used when it last made progress, and when."""
+
+    attendee_id: int
+    meter: ProcessMeter
+    cpu_s: float
+    since: float
+    idle: bool = False
+
+
 class CheckQueue:
     """The server's check slots, handed out with :func:`pick`. ``async with queue.slot(attendee_id,
     on_position=...)`` waits for a slot; ``on_position(n)`` is called with the waiting position
@@ -113,12 +140,22 @@ class CheckQueue:
         budget_s: float = 60.0,
         window_s: float = 600.0,
         reserve: int = 1,
+        idle_after_s: float = 5.0,
+        idle_cpu_s: float = 0.1,
+        max_lent: int | None = None,
+        tick_s: float = 1.0,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.slots = slots
         self.budget_s = budget_s
         self.window_s = window_s
         self.reserve = reserve if slots > 1 else 0
+        self.idle_after_s = idle_after_s  # 0: a running check always counts (no lending)
+        self.idle_cpu_s = idle_cpu_s
+        self.max_lent = slots if max_lent is None else max_lent
+        self.tick_s = tick_s
+        self._metered: dict[Ticket, _Metered] = {}
+        self._ticker: asyncio.Task[None] | None = None
         self._now = now
         self._seq = itertools.count()
         self._waiting: dict[Ticket, tuple[asyncio.Future[None], Callable[[int], None] | None]] = {}
@@ -143,6 +180,37 @@ class CheckQueue:
     def waiting_count(self) -> int:
         return len(self._waiting)
 
+    def idle(self) -> dict[int, int]:
+        """attendee -> their running checks that are idle now (module rules)."""
+        out: dict[int, int] = {}
+        for m in self._metered.values():
+            if m.idle:
+                out[m.attendee_id] = out.get(m.attendee_id, 0) + 1
+        return out
+
+    def note_usage(self) -> bool:
+        """Update which metered checks are idle from their meters' last samples and hand out the
+        slots they lend; True when that changed."""
+        now, changed = self._now(), False
+        for m in self._metered.values():
+            sample = m.meter.last
+            if sample is not None and sample.cpu_s - m.cpu_s >= self.idle_cpu_s:
+                m.cpu_s, m.since = sample.cpu_s, now
+            idle = sample is not None and now - m.since >= self.idle_after_s
+            changed |= idle != m.idle
+            m.idle = idle
+        if changed:
+            self._dispatch()
+        return changed
+
+    async def _tick(self) -> None:
+        """While metered checks run: sample them (one read of /proc, in a worker thread), then hand
+        out the slots idle checks lend."""
+        while self._metered:
+            await asyncio.sleep(self.tick_s)
+            await asyncio.to_thread(sample_all, [m.meter for m in list(self._metered.values())])
+            self.note_usage()
+
     def _dispatch(self) -> None:
         usage = self.usage()
         for t in pick(
@@ -152,6 +220,8 @@ class CheckQueue:
             slots=self.slots,
             budget_s=self.budget_s,
             reserve=self.reserve,
+            idle=self.idle(),
+            max_lent=self.max_lent,
         ):
             fut, _ = self._waiting.pop(t)
             self._positions.pop(t, None)
@@ -177,10 +247,22 @@ class CheckQueue:
         if not self._running[attendee_id]:
             del self._running[attendee_id]
 
+    def _watch(self, ticket: Ticket, meter: ProcessMeter) -> None:
+        if self.idle_after_s <= 0:
+            return
+        self._metered[ticket] = _Metered(ticket.attendee_id, meter, 0.0, self._now())
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
     @asynccontextmanager
     async def slot(
-        self, attendee_id: int, on_position: Callable[[int], None] | None = None
+        self,
+        attendee_id: int,
+        on_position: Callable[[int], None] | None = None,
+        meter: ProcessMeter | None = None,
     ) -> AsyncIterator[None]:
+        """Wait for a slot, hold it for the ``async with`` block. ``meter``: what the check run in
+        the block uses (it lends its slot while idle: module rules)."""
         ticket, asked = Ticket(attendee_id, next(self._seq)), self._now()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[ticket] = (fut, on_position)
@@ -197,8 +279,11 @@ class CheckQueue:
                 self._dispatch()
             raise
         metrics.note_check_wait(self._now() - asked)
+        if meter is not None:
+            self._watch(ticket, meter)
         try:
             yield
         finally:
+            self._metered.pop(ticket, None)
             self._end(attendee_id)
             self._dispatch()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from labserver.backends.base import CheckUsage
+from labserver.backends.meter import ProcessMeter
 from labserver.services.fair_queue import CheckQueue, Ticket, order, pick
 
 
@@ -56,3 +58,98 @@ def test_queue_reports_positions_and_hands_slots_on() -> None:
     assert seen[0] == ("a", 0)
     assert ("b", 1) in seen and ("c", 2) in seen and ("c", 1) in seen
     assert [s for s in seen if s[1] == 0] == [("a", 0), ("b", 0), ("c", 0)]
+
+
+def test_idle_checks_lend_their_slot_up_to_max_lent() -> None:
+    four = {1: 1, 2: 1, 3: 1, 4: 1}
+    waiting = [T(9, 9), T(8, 10)]
+    # four sleepers hold the four slots: nobody starts ...
+    assert pick(waiting, running=four, usage={}, slots=4, budget_s=60) == []
+    # ... unless they are idle: then they do not count
+    idle = {1: 1, 2: 1, 3: 1, 4: 1}
+    assert pick(waiting, running=four, usage={}, slots=4, budget_s=60, idle=idle, max_lent=4) == waiting
+    # at most max_lent of them are not counted
+    assert pick(waiting, running=four, usage={}, slots=4, budget_s=60, idle=idle, max_lent=1) == [T(9, 9)]
+    # an idle check of someone not running (stale) lends nothing
+    assert pick(waiting, running=four, usage={}, slots=4, budget_s=60, idle={7: 1}, max_lent=4) == []
+
+
+class SetMeter(ProcessMeter):
+    """The real meter whose last sample the test sets (no processes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage: CheckUsage | None = None
+
+    @property
+    def last(self) -> CheckUsage | None:
+        return self.usage
+
+
+def test_a_check_using_no_cpu_for_idle_after_s_lends_its_slot_and_takes_it_back() -> None:
+    async def scenario() -> list[str]:
+        t = [0.0]
+        q = CheckQueue(1, idle_after_s=5, idle_cpu_s=0.1, tick_s=3600, now=lambda: t[0])
+        seen: list[str] = []
+        sleeper_meter, victim_meter = SetMeter(), SetMeter()
+        release = asyncio.Event()
+
+        async def sleeper() -> None:
+            async with q.slot(1, meter=sleeper_meter):
+                seen.append("sleeper runs")
+                await release.wait()
+
+        async def victim() -> None:
+            async with q.slot(2, meter=victim_meter):
+                seen.append("victim runs")
+
+        a = asyncio.create_task(sleeper())
+        await asyncio.sleep(0)
+        b = asyncio.create_task(victim())
+        await asyncio.sleep(0)
+        assert seen == ["sleeper runs"] and q.waiting_count() == 1
+        sleeper_meter.usage = CheckUsage(0.5, 0.0)  # started: imports cost CPU
+        t[0] = 1.0
+        assert not q.note_usage()
+        t[0] = 5.5  # 4.5 s without progress: not yet
+        sleeper_meter.usage = CheckUsage(0.55, 0.0)
+        assert not q.note_usage()
+        t[0] = 6.1  # 5.1 s
+        assert q.note_usage() and q.idle() == {1: 1}  # and the victim got the lent slot
+        await asyncio.sleep(0)
+        await asyncio.wait_for(b, 10)  # a hang here: the idle slot was never lent
+        assert seen == ["sleeper runs", "victim runs"]
+        sleeper_meter.usage = CheckUsage(2.0, 0.0)  # it computes again: it counts again
+        t[0] = 7.0
+        assert q.note_usage() and q.idle() == {}
+        release.set()
+        await a
+        return seen
+
+    asyncio.run(scenario())
+
+
+def test_without_a_meter_or_with_lending_off_a_running_check_always_counts() -> None:
+    async def scenario() -> None:
+        t = [0.0]
+        for q, meter in (
+            (CheckQueue(1, idle_after_s=5, tick_s=3600, now=lambda: t[0]), None),
+            (CheckQueue(1, idle_after_s=0, tick_s=3600, now=lambda: t[0]), SetMeter()),
+        ):
+            release = asyncio.Event()
+
+            async def hold() -> None:
+                async with q.slot(1, meter=meter):  # noqa: B023
+                    await release.wait()  # noqa: B023
+
+            task = asyncio.create_task(hold())
+            await asyncio.sleep(0)
+            if meter is not None:
+                meter.usage = CheckUsage(0.0, 0.0)
+            t[0] += 100
+            q.note_usage()
+            assert q.idle() == {}
+            release.set()
+            await task
+
+    asyncio.run(scenario())
