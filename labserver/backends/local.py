@@ -634,6 +634,8 @@ class LocalBackend:
             )
         finally:
             os.close(write_fd)
+        if request.meter is not None:
+            request.meter.attach(proc.pid)  # base.CheckMeter: the check is this process and its own
         loop = asyncio.get_running_loop()
         result = bytearray()
         log_buf = bytearray()
@@ -686,6 +688,8 @@ class LocalBackend:
             await asyncio.wait_for(asyncio.gather(pump_log(), proc.wait()), request.timeout_s)
         except TimeoutError:
             timed_out = True
+            if request.meter is not None:
+                request.meter.sample()  # what the check used, read before the kill (timeouts.blame)
             _kill_group(proc.pid)
             await proc.wait()
         # children that kept the result pipe open (daemonized attendee code) must not hang us

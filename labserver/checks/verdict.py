@@ -7,7 +7,8 @@ what happened                         status
 ====================================  ==========
 exit 0 and ``{"passed": true}``        passed
 exit 1 and ``{"passed": false}``       failed
-timeout                               timeout
+timeout, the attendee's (``blame``)   timeout
+timeout, the machine's (``blame``)    not_gradable
 anything else (no verdict, two        error
 verdicts, bad JSON, exit 2, a signal,
 exit code disagreeing with verdict)
@@ -24,6 +25,10 @@ absent, negative, not finite, a       None (ignored: the status is unchanged)
 bool or not a number
 ====================================  ==========================================
 
+A timeout is the platform's, not the attendee's, when its processes waited for a CPU rather than
+ran (:func:`labserver.checks.timeouts.blame`, from what the backend measured): then the status is
+``not_gradable`` and the caller words the message (:mod:`labserver.services.not_gradable`).
+
 A check result is committed to the database before it is returned or published."""
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from labserver.backends.base import CheckRaw
+from labserver.backends.base import CheckRaw, CheckUsage
+from labserver.checks.timeouts import blame
 from labserver.models import CheckStatus
 
 
@@ -131,12 +137,32 @@ def _clean_verdict(
     return passed, message[:10_000], [str(h)[:2000] for h in hints][:20], clean_metrics, tables, ""
 
 
-def interpret(raw: CheckRaw, timeout_s: float) -> Verdict:
+#: the ``BackendError``-style reason label of a timeout the machine caused (services/not_gradable.py)
+LOAD = "load"
+
+
+def interpret(
+    raw: CheckRaw, timeout_s: float, *, usage: CheckUsage | None = None, cost_s: float | None = None
+) -> Verdict:
+    """The verdict of a check that ran with a ``timeout_s`` limit (the tables above). ``usage``:
+    what the backend measured of its processes (the last sample, taken before a timeout's kill);
+    ``cost_s``: its step's recorded cost. Both only decide whose fault a timeout is; a timeout
+    the machine caused carries the measured CPU as ``cpu_s``."""
     if raw.timed_out:
+        fault = blame(wall_s=timeout_s, usage=usage, cost_s=cost_s)
+        measured = usage.cpu_s if usage is not None else None
+        if fault.platform:
+            return Verdict(
+                CheckStatus.not_gradable,
+                f"Not your fault: the server was too busy to finish this check within {timeout_s:g} s "
+                f"(it waited for a processor more than it ran). It does not count as an attempt.",
+                cpu_s=measured,
+            )
         return Verdict(
             CheckStatus.timeout,
             f"The check did not finish within {timeout_s:g} s. Is your code stuck in a loop, "
             "or waiting for input?",
+            cpu_s=measured,
         )
     obj, problem = _parse_result(raw.result)
     code = raw.exit_code

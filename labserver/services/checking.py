@@ -17,8 +17,9 @@ from sqlmodel import Session, col, select
 
 from labserver import clock, metrics
 from labserver.backends.base import BackendError, CheckRaw, EnvRef
+from labserver.backends.meter import ProcessMeter
 from labserver.checks.request import check_request
-from labserver.checks.verdict import Verdict, interpret
+from labserver.checks.verdict import LOAD, Verdict, interpret
 from labserver.content import Lab, Step
 from labserver.db import in_thread, release
 from labserver.live import Kind
@@ -60,10 +61,18 @@ def publish_finished(ctx: AppContext, run: CheckRun, attendee: Attendee, **extra
 
 @asynccontextmanager
 async def check_slot(
-    ctx: AppContext, *, event_id: int, attendee_id: int, run_id: int | None, lab: str, step: str
+    ctx: AppContext,
+    *,
+    event_id: int,
+    attendee_id: int,
+    run_id: int | None,
+    lab: str,
+    step: str,
+    meter: ProcessMeter | None = None,
 ) -> AsyncIterator[None]:
     """A check slot from the fair queue (services/fair_queue.py); while waiting, the attendee's page
-    gets ``check.queued`` with the position (1 = next)."""
+    gets ``check.queued`` with the position (1 = next). ``meter`` reads what the check uses once
+    it runs (a check that uses no CPU lends its slot)."""
     if ctx.check_queue is None:
         async with ctx.check_slots:
             yield
@@ -74,7 +83,7 @@ async def check_slot(
             Kind.check_queued, event_id, attendee_id, run_id=run_id, lab=lab, step=step, position=position
         )
 
-    async with ctx.check_queue.slot(attendee_id, on_position=tell):
+    async with ctx.check_queue.slot(attendee_id, on_position=tell, meter=meter):
         yield
 
 
@@ -121,12 +130,21 @@ async def _check_once(
     files: list[dict[str, object]] = []  # digests of the lab folder a pass judged (completion records)
 
     async def attempt(ref: EnvRef) -> tuple[CheckRaw, Verdict]:
-        request = check_request(lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes)
+        meter = ProcessMeter()  # what the check's processes use: the queue and blame() read it
+        request = check_request(
+            lab, step, ref, lang=lang, log_limit=ctx.settings.checks.log_limit_bytes, meter=meter
+        )
         async with check_slot(
-            ctx, event_id=event_id, attendee_id=attendee_id, run_id=run.id, lab=lab.id, step=step.id
+            ctx,
+            event_id=event_id,
+            attendee_id=attendee_id,
+            run_id=run.id,
+            lab=lab.id,
+            step=step.id,
+            meter=meter,
         ):
             raw = await ctx.backend.run_check(ref, request)
-        verdict = interpret(raw, step.spec.timeout_s)
+        verdict = interpret(raw, request.timeout_s, usage=meter.last, cost_s=lab.costs.get(step.id))
         if verdict.status == CheckStatus.passed:
             files[:] = await check_files.digest_lab(ctx, ref, lab.id)
         return raw, verdict
@@ -140,6 +158,16 @@ async def _check_once(
         raw, verdict = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
         run.status = verdict.status
         run.message = verdict.message
+        if verdict.status == CheckStatus.not_gradable:  # a timeout the machine caused (checks/timeouts.py)
+            log.warning(
+                "check %s of attendee %s not gradable (%s%s): timed out after %.1f s, starved of CPU",
+                run.id,
+                attendee_id,
+                LOAD,
+                ", after the retry" if retried else "",
+                raw.duration_s,
+            )
+            run.message = not_gradable.message(lang, LOAD, retried=retried)
         if run.status != CheckStatus.passed and workspace_full.NO_SPACE in raw.log:
             run.message = workspace_full.message(lang, getattr(ctx.backend, "workspace_mb", 0))
         run.hints = verdict.hints
@@ -149,7 +177,7 @@ async def _check_once(
         run.log_truncated = raw.log_truncated
         run.exit_code = raw.exit_code
         run.duration_s = raw.duration_s
-        run.cpu_s = verdict.cpu_s
+        run.cpu_s = verdict.cpu_s  # reported by the checker, or measured on a timeout
     except BackendError as exc:
         if not_gradable.is_platform_fault(exc):
             log.warning(

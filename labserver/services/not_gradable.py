@@ -17,6 +17,12 @@ capacity, no-room, no-card, disk       yes        the server is out of room (not
                                                   workspace: that is ``disk-full``)
 image-missing, sandbox, grader-start   yes        the server's setup: image, bubblewrap, a grader
                                                   container that never ran the checker
+load                                   yes        not an error but a timeout the machine caused: the
+                                                  check's processes waited for a CPU more than half
+                                                  the time and used less CPU than its budget
+                                                  (:func:`labserver.checks.timeouts.blame`; the
+                                                  verdict comes back ``not_gradable``, reason
+                                                  ``checks.verdict.LOAD``)
 lab-missing                            no         the attendee removed the lab folder (reset it)
 disk-full                              no         the attendee's workspace is full
 path, too-big                          no         what the attendee asked for
@@ -34,6 +40,7 @@ message that says to try later or raise a hand. An attendee who makes the platfo
 from __future__ import annotations
 
 from labserver.backends.base import BackendError
+from labserver.checks.verdict import LOAD
 from labserver.i18n import gettext
 
 PLATFORM_REASONS = frozenset(
@@ -53,6 +60,7 @@ PLATFORM_REASONS = frozenset(
         "sandbox",
         "grader-start",
         "restart",
+        LOAD,
     }
 )
 
@@ -63,7 +71,12 @@ def is_platform_fault(exc: BackendError) -> bool:
 
 
 def message(lang: str, reason: str, *, retried: bool) -> str:
-    """What the attendee reads on a not-gradable run: first "retried", after the retry "try later"."""
+    """What the attendee reads on a not-gradable run: first "retried", after the retry "try later";
+    a timeout the machine caused (``LOAD``) says the server was too busy."""
+    if reason == LOAD:
+        if not retried:
+            return gettext(lang, "Not your fault: the server was too busy to finish this check in time (it waited for a processor more than it ran). It does not count as an attempt and was retried automatically.")  # noqa: E501  # fmt: skip
+        return gettext(lang, "Not your fault: the server was still too busy to finish this check in time after an automatic retry. It does not count as an attempt: press Check in a minute, or raise your hand.")  # noqa: E501  # fmt: skip
     if not retried:
         first = gettext(lang, "Not your fault: the platform could not run this check (%(reason)s). It does not count as an attempt and was retried automatically.")  # noqa: E501  # fmt: skip
         return first % {"reason": reason}
