@@ -236,9 +236,10 @@ class ExecResult:
 @dataclass(frozen=True)
 class CheckUsage:
     """What a check's processes used: ``cpu_s``, CPU seconds (user + system, the children they
-    waited for included), and ``run_delay_s``, the seconds they were runnable but waiting for a CPU
-    (Linux ``schedstat``), summed over their processes and threads. A sleeping process adds to
-    neither; a process on a machine too busy for it adds to the second."""
+    waited for included), and ``run_delay_s``, the seconds the check's work was runnable but
+    waiting for a CPU (Linux ``schedstat`` of the processes the others wait for: the leaves of
+    its process tree; :mod:`labserver.backends.meter`). Sleeping code adds to neither; code on a
+    machine too busy for it adds to the second."""
 
     cpu_s: float
     run_delay_s: float

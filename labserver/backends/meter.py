@@ -4,10 +4,20 @@ backends that run checkers as processes of this machine (``local``).
 A check is the checker's process and its descendants (found by parent pid, so attendee code that
 ``labkit.check`` starts in a session of its own is included). Per process, ``/proc/<pid>/stat``
 gives its CPU (``utime + stime``) and that of the children it has waited for (``cutime +
-cstime``): summing both over the live tree counts a finished child once, in its parent. Per thread,
-``/proc/<pid>/task/<tid>/schedstat`` gives the run delay (nanoseconds runnable but not running);
-the kernel never adds it to a parent, so the meter keeps the last value of every thread it has
-seen. Both files are readable for processes of any user (mode 0444), also those made non-dumpable.
+cstime``): summing both over the live tree counts a finished child once, in its parent.
+
+The wait (``CheckUsage.run_delay_s``) is that of the check's *work*, not of every process: per
+thread, ``/proc/<pid>/task/<tid>/schedstat`` gives the run delay (nanoseconds runnable but not
+running). Summed over all processes it would mostly count what a busy machine does to processes
+that wait for others: a checker polling its child wakes twenty times a second, and on a loaded
+machine each wake-up waits (a room of four sleeping checks measured 14 s of summed run delay in
+10 s, while their attendee code slept). So the meter counts only the **leaves** of the tree, the
+processes no other one of the check waits for (the attendee code running, or the checker itself
+while it computes): per interval between two samples, the largest increase of run delay of any
+leaf (its threads summed), at most the interval. A check starved of CPU has a leaf that is always
+runnable and rarely running; a sleeping one has no leaf that is runnable at all.
+
+Both files are readable for processes of any user (mode 0444), also those made non-dumpable.
 
 :func:`sample_all` reads the process table once for many meters (the fair queue samples every
 running check each second); the parsers are pure functions, tested on kernel text.
@@ -17,7 +27,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,14 +92,17 @@ def tree(table: Mapping[int, ProcStat], root: int) -> list[ProcStat]:
 
 class ProcessMeter:
     """A :class:`~labserver.backends.base.CheckMeter` over ``/proc``: the check is the process
-    ``attach`` names and its descendants."""
+    ``attach`` names and its descendants (module docstring: what ``run_delay_s`` counts)."""
 
-    def __init__(self, proc: Path = PROC) -> None:
+    def __init__(self, proc: Path = PROC, clock: Callable[[], float] = time.monotonic) -> None:
         self._proc = proc
+        self._clock = clock
         self._lock = threading.Lock()
         self._root: tuple[int, int] | None = None  # (pid, start): a reused pid is not ours
-        self._delays: dict[tuple[int, int, str], float] = {}
+        self._delays: dict[tuple[int, int, str], float] = {}  # last run delay of each thread seen
+        self._sampled_at = 0.0
         self._cpu_s = 0.0
+        self._wait_s = 0.0
         self._last: CheckUsage | None = None
 
     def attach(self, pid: int) -> None:
@@ -98,6 +112,7 @@ class ProcessMeter:
             return  # already gone: nothing to measure
         with self._lock:
             self._root = (pid, start)
+            self._sampled_at = self._clock()
 
     @property
     def attached(self) -> bool:
@@ -107,6 +122,21 @@ class ProcessMeter:
     def last(self) -> CheckUsage | None:
         """The last sample (None when none was taken)."""
         return self._last
+
+    def _thread_delays(self, m: ProcStat) -> dict[tuple[int, int, str], float]:
+        out: dict[tuple[int, int, str], float] = {}
+        try:
+            tasks = list(os.scandir(self._proc / str(m.pid) / "task"))
+        except OSError:
+            return out
+        for task in tasks:
+            try:
+                out[(m.pid, m.start, task.name)] = parse_schedstat(
+                    (Path(task.path) / "schedstat").read_text()
+                )
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
 
     def sample(self, table: Mapping[int, ProcStat] | None = None) -> CheckUsage | None:
         with self._lock:
@@ -119,19 +149,18 @@ class ProcessMeter:
             members = tree(table, pid) if root is not None and root.start == start else []
             if not members:
                 return self._last
+            now = self._clock()
+            interval, self._sampled_at = max(0.0, now - self._sampled_at), now
             self._cpu_s = max(self._cpu_s, sum(m.cpu_s for m in members))
+            parents = {m.ppid for m in members}
+            leaf_waits = [0.0]
             for m in members:
-                try:
-                    tasks = list(os.scandir(self._proc / str(m.pid) / "task"))
-                except OSError:
-                    continue
-                for task in tasks:
-                    try:
-                        delay = parse_schedstat((Path(task.path) / "schedstat").read_text())
-                    except (OSError, ValueError, IndexError):
-                        continue
-                    self._delays[(m.pid, m.start, task.name)] = delay
-            self._last = CheckUsage(round(self._cpu_s, 3), round(sum(self._delays.values()), 3))
+                delays = self._thread_delays(m)
+                if m.pid not in parents:  # a leaf: what the rest of the check waits for
+                    leaf_waits.append(sum(d - self._delays.get(k, 0.0) for k, d in delays.items()))
+                self._delays.update(delays)
+            self._wait_s += min(max(leaf_waits), interval)
+            self._last = CheckUsage(round(self._cpu_s, 3), round(self._wait_s, 3))
             return self._last
 
 

@@ -16,25 +16,30 @@ check's processes (:class:`~labserver.backends.base.CheckUsage`).
 
 :func:`blame`: whose fault a timeout is
 ---------------------------------------
-A check that timed out is the **platform's** fault (``not_gradable``: the machine was too busy, the
-attendee is told so and the check is retried) only when both hold:
+What the backend measured of a check's processes: ``cpu_s`` (user + system) and ``run_delay_s``,
+the time its *work* was runnable but not running (Linux ``schedstat`` of the leaves of its process
+tree, the processes the others wait for: :mod:`labserver.backends.meter`). Attendee code that
+sleeps, waits for input or blocks on a lock is not runnable, so it adds nothing to the wait,
+however busy the machine (and the checker's own wake-ups while it waits for that code are not
+counted). In order:
 
-1. **It was starved**: its processes spent at least ``STARVED_SHARE`` of the wall time runnable but
-   not running (``run_delay_s``: Linux ``/proc/<pid>/task/<tid>/schedstat``, summed over the
-   check's processes and threads). Attendee code that sleeps, waits for input or blocks on a lock is
-   not runnable, so it is never starved, however busy the machine is.
-2. **Its CPU time was under its budget**: ``cpu_s`` (user + system of the check's processes) is
-   below ``CPU_BUDGET_FACTOR x`` the recorded cost, or below the wall time when no cost is recorded
-   (one core for the whole time). A check that got that much CPU had the chance to finish a
-   correct solution several times over: an endless loop, however busy the machine.
-
-Everything else is the **attendee's** timeout, as before: not starved (their code was stuck or
-sleeping, reason ``not-starved``), or enough CPU (``used-its-cpu``), or nothing measured (a backend
-that cannot see the check's processes: ``unmeasured``).
+1. **Nothing measured** (a backend that cannot see the check's processes): the attendee's timeout,
+   as before (``unmeasured``).
+2. **Enough CPU**: ``cpu_s`` at or above ``CPU_BUDGET_FACTOR x`` the recorded cost, or above the
+   wall time when no cost is recorded (one core for the whole time): the check could have finished
+   a correct solution several times over: an endless loop, however busy the machine. The
+   attendee's (``used-its-cpu``).
+3. **With a recorded cost** ``c``: the machine's (``starved``) when the work waited at least
+   ``MIN_WAIT_SHARE`` of the wall time *and* the time it was not waiting, ``wall - run_delay``,
+   is under ``NEEDS_FACTOR x c``: it never had the time a correct solution needs. A check that
+   waited at the start (a busy machine starts processes slowly) but then had its time, and
+   slept through it, is the attendee's (``had-its-time``).
+4. **Without a recorded cost**: the machine's (``starved``) when the work waited at least
+   ``STARVED_SHARE`` of the wall time; else the attendee's (``not-starved``).
 
 What it cannot tell: an endless loop on a starved machine in a step with no recorded cost is
-``not_gradable`` (retried once, then "press Check in a minute"): record the step's cost and the CPU
-rule catches it.
+``not_gradable`` (retried once, then "press Check in a minute"): record the step's cost, and rule 2
+or 3 decides.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ __all__ = ["LINT_FACTOR", "Blame", "blame", "wall_budget"]
 BUDGET_FLOOR_S = 10.0
 BUDGET_FACTOR = 10.0
 STARVED_SHARE = 0.5
+MIN_WAIT_SHARE = 0.25
+NEEDS_FACTOR = 2.0
 CPU_BUDGET_FACTOR = 5.0
 
 
@@ -62,7 +69,8 @@ def wall_budget(timeout_s: float, cost_s: float | None) -> float:
 @dataclass(frozen=True)
 class Blame:
     """Whose fault a timeout was: ``platform`` True means not gradable. ``reason`` is a short label
-    for logs and metrics: ``starved``, ``not-starved``, ``used-its-cpu`` or ``unmeasured``."""
+    for logs and metrics: ``starved``, ``not-starved``, ``had-its-time``, ``used-its-cpu`` or
+    ``unmeasured``."""
 
     platform: bool
     reason: str
@@ -79,6 +87,12 @@ def blame(*, wall_s: float, usage: CheckUsage | None, cost_s: float | None) -> B
     cpu_budget = CPU_BUDGET_FACTOR * cost_s if cost_s is not None else wall_s
     if usage.cpu_s >= cpu_budget:
         return Blame(False, "used-its-cpu", usage.cpu_s, usage.run_delay_s)
+    figures = (usage.cpu_s, usage.run_delay_s)
+    if cost_s is not None:
+        waited = usage.run_delay_s >= MIN_WAIT_SHARE * wall_s
+        if waited and wall_s - usage.run_delay_s < NEEDS_FACTOR * cost_s:
+            return Blame(True, "starved", *figures)
+        return Blame(False, "had-its-time" if waited else "not-starved", *figures)
     if usage.run_delay_s >= STARVED_SHARE * wall_s:
-        return Blame(True, "starved", usage.cpu_s, usage.run_delay_s)
-    return Blame(False, "not-starved", usage.cpu_s, usage.run_delay_s)
+        return Blame(True, "starved", *figures)
+    return Blame(False, "not-starved", *figures)

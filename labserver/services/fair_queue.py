@@ -180,6 +180,10 @@ class CheckQueue:
     def waiting_count(self) -> int:
         return len(self._waiting)
 
+    def running_count(self) -> int:
+        """Checks holding a slot now (lent slots included)."""
+        return sum(self._running.values())
+
     def idle(self) -> dict[int, int]:
         """attendee -> their running checks that are idle now (module rules)."""
         out: dict[int, int] = {}

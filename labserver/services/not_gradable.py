@@ -18,11 +18,10 @@ capacity, no-room, no-card, disk       yes        the server is out of room (not
 image-missing, sandbox, grader-start   yes        the server's setup: image, bubblewrap, a grader
                                                   container that never ran the checker
 load                                   yes        not an error but a timeout the machine caused: the
-                                                  check's processes waited for a CPU more than half
-                                                  the time and used less CPU than its budget
-                                                  (:func:`labserver.checks.timeouts.blame`; the
-                                                  verdict comes back ``not_gradable``, reason
-                                                  ``checks.verdict.LOAD``)
+                                                  check's work waited for a CPU instead of running
+                                                  (:func:`labserver.checks.timeouts.blame`, rules
+                                                  there; the verdict comes back ``not_gradable``,
+                                                  reason ``checks.verdict.LOAD``)
 lab-missing                            no         the attendee removed the lab folder (reset it)
 disk-full                              no         the attendee's workspace is full
 path, too-big                          no         what the attendee asked for

@@ -254,3 +254,15 @@ def test_the_message_in_both_languages(lang: str, phrase: str) -> None:
     assert phrase in message(lang, "engine-down", retried=True) and "engine-down" in message(
         lang, "engine-down", retried=True
     )
+
+
+def test_a_timeout_the_machine_caused_says_so_in_both_languages() -> None:
+    from labserver.checks.verdict import LOAD
+    from labserver.services.not_gradable import is_platform_fault, message
+
+    assert is_platform_fault(BackendError("x", reason=LOAD))
+    first, again = message("en", LOAD, retried=False), message("en", LOAD, retried=True)
+    assert "too busy" in first and "retried automatically" in first
+    assert "too busy" in again and "press Check in a minute" in again
+    assert "服务器太忙" in message("zh", LOAD, retried=False)
+    assert "自动重试后服务器仍然太忙" in message("zh", LOAD, retried=True)
