@@ -455,6 +455,45 @@ class Client:
             if isinstance(message.get("id"), int):
                 self._pending[message["id"]] = message
 
+    def spawn(
+        self, mode: str, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], fds: Sequence[int]
+    ) -> int:
+        """Ask for one process: ``fds`` are its stdin, stdout, stderr (+ the result channel for a
+        checker); the caller keeps and closes its own copies. Returns the id :meth:`wait` takes."""
+        self._next += 1
+        ident = self._next
+        env_fd = env_pipe(env)
+        try:
+            send(
+                self.sock,
+                {"op": "spawn", "id": ident, "mode": mode, "argv": list(argv), "cwd": cwd},
+                [*fds[:3], env_fd, *fds[3:]],
+            )
+        except OSError as exc:
+            raise ZygoteGone(f"the fork server's channel failed: {exc}") from exc
+        finally:
+            os.close(env_fd)
+        started = self._wait_for(ident, ("started", "refused"), None)
+        if started is None or started.get("op") == "refused":
+            why = started.get("why") if started else "no answer"
+            raise ZygoteGone(f"the fork server refused to start the process: {why}")
+        return ident
+
+    def wait(self, ident: int, timeout: float | None) -> tuple[int | None, bool, float]:
+        """``(exit code or None on timeout, timed out, CPU seconds)``; a process still running
+        after ``timeout`` is killed with its process group."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        exited = self._wait_for(ident, ("exited",), deadline)
+        timed_out = exited is None
+        if exited is None:
+            send(self.sock, {"op": "kill", "id": ident})
+            exited = self._wait_for(ident, ("exited",), time.monotonic() + 30)
+            if exited is None:
+                raise ZygoteGone("the fork server did not end a process it was asked to kill")
+        code = exited.get("code")
+        cpu = float(exited.get("cpu_s") or 0.0)
+        return (None if timed_out else int(code) if isinstance(code, int) else None), timed_out, cpu
+
     def run(
         self,
         mode: str,
@@ -466,38 +505,20 @@ class Client:
         stderr: int,
         timeout: float | None,
     ) -> tuple[int | None, bool, float]:
-        """Spawn and wait: ``(exit code or None on timeout, timed out, CPU seconds)``."""
-        self._next += 1
-        ident = self._next
-        env_fd = env_pipe(env)
+        """Spawn with stdin ``/dev/null`` and wait (:meth:`spawn`, :meth:`wait`)."""
         devnull = os.open(os.devnull, os.O_RDONLY)
         try:
-            send(
-                self.sock,
-                {"op": "spawn", "id": ident, "mode": mode, "argv": list(argv), "cwd": cwd},
-                [devnull, stdout, stderr, env_fd],
-            )
-        except OSError as exc:
-            raise ZygoteGone(f"the fork server's channel failed: {exc}") from exc
+            ident = self.spawn(mode, argv, cwd=cwd, env=env, fds=[devnull, stdout, stderr])
         finally:
-            os.close(env_fd)
             os.close(devnull)
-        started = self._wait_for(ident, ("started", "refused"), None)
-        if started is None or started.get("op") == "refused":
-            why = started.get("why") if started else "no answer"
-            raise ZygoteGone(f"the fork server refused to start the process: {why}")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        exited = self._wait_for(ident, ("exited",), deadline)
-        timed_out = exited is None
-        if timed_out:
-            send(self.sock, {"op": "kill", "id": ident})
-            exited = self._wait_for(ident, ("exited",), time.monotonic() + 30)
-            if exited is None:
-                raise ZygoteGone("the fork server did not end a process it was asked to kill")
-        assert exited is not None
-        code = exited.get("code")
-        cpu = float(exited.get("cpu_s") or 0.0)
-        return (None if timed_out else int(code) if isinstance(code, int) else None), timed_out, cpu
+        return self.wait(ident, timeout)
+
+    def close(self) -> None:
+        """Close the channel: the zygote ends, and every process it forked with it."""
+        self.sock.close()
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
 
 
 def start(env: Mapping[str, str], python: str | None = None, cwd: str = "/") -> Client:
