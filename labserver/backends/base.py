@@ -259,6 +259,9 @@ class CheckRaw:
     log_truncated: bool
     timed_out: bool
     duration_s: float
+    # CPU seconds of the checker and every process it ran, measured by the backend (the local
+    # backend's check runner), or None where the backend cannot measure it
+    cpu_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -710,7 +710,7 @@ class LocalBackend:
         result_task = asyncio.ensure_future(_drain(read_fd, RESULT_LIMIT))
         log_task = asyncio.ensure_future(_drain(log_r, request.log_limit))
         try:
-            code, timed_out, _cpu = await zyg.wait_checker(ident, request.timeout_s)
+            code, timed_out, cpu = await zyg.wait_checker(ident, request.timeout_s)
         finally:
             # the zygote killed the checker's children with it: the pipes end at once
             done, pending = await asyncio.wait({result_task, log_task}, timeout=5.0)
@@ -726,6 +726,7 @@ class LocalBackend:
             log_truncated=truncated,
             timed_out=timed_out,
             duration_s=time.monotonic() - start,
+            cpu_s=cpu,
         )
 
     async def _run_check(

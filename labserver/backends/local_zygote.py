@@ -172,12 +172,12 @@ class Zygote:
                 with contextlib.suppress(OSError):
                     protocol.send(self.sock, {"op": "kill", "id": ident})
                 try:
-                    await asyncio.wait_for(queue.get(), 10)
+                    killed = await asyncio.wait_for(queue.get(), 10)
                 except TimeoutError as exc:
                     raise ZygoteFailed(
                         "the check runner did not stop a checker that ran out of time"
                     ) from exc
-                return None, True, 0.0
+                return None, True, float(killed.get("cpu_s") or 0)
             if exited.get("op") != "exited":
                 raise ZygoteFailed("the check runner ended during the check")
             code = exited.get("code")

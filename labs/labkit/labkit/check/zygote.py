@@ -40,7 +40,9 @@ Protocol
   ``call`` arguments (``call``) or ``_child.py``'s ``exec`` arguments (``exec``).
   Answer: ``{"op": "started", "id": N, "pid": P}`` or ``{"op": "refused", "id": N, "why": ...}``;
   later ``{"op": "exited", "id": N, "code": C, "cpu_s": S}`` (``code`` as ``subprocess`` reports
-  it: negative for a signal; ``cpu_s`` user + system of the process and what it waited for).
+  it: negative for a signal; ``cpu_s`` user + system of the process and what it waited for, and
+  for a checker also of every child it had the zygote spawn: what the check cost, measured by the
+  zygote, never reported by the checker).
 - ``{"op": "kill", "id": N}``: kill the spawn's process group.
 - A checker finds its sub-channel in descriptor 4 (``LABKIT_ZYGOTE_FD``) and its result channel in
   descriptor 3 (``LAB_RESULT_FD``).
@@ -124,6 +126,8 @@ class _Spawn:
     pid: int
     sub: socket.socket | None = None  # a checker's own channel
     children: set[int] = field(default_factory=set)  # pids a checker spawned
+    children_cpu_s: float = 0.0  # CPU of the ended ones (a checker's exit reports its own + these)
+    parent: _Spawn | None = None  # the checker that asked for this one
 
 
 class Zygote:
@@ -198,7 +202,7 @@ class Zygote:
                 _become(mode, argv, cwd, keep, zygote_pid=os.getppid())
             finally:
                 os._exit(126)
-        spawn = _Spawn(ident, channel, mode, pid, sub_parent)
+        spawn = _Spawn(ident, channel, mode, pid, sub_parent, parent=owner)
         self.spawns[pid] = spawn
         if sub_child is not None:
             sub_child.close()
@@ -238,8 +242,10 @@ class Zygote:
             _kill_group(pid)  # whatever it left in its session
             if spawn.mode == "checker":
                 self._close_sub(spawn)
-            for other in self.spawns.values():
-                other.children.discard(pid)
+            cpu = usage.ru_utime + usage.ru_stime
+            if spawn.parent is not None:
+                spawn.parent.children.discard(pid)
+                spawn.parent.children_cpu_s += cpu
             with contextlib.suppress(OSError):
                 send(
                     spawn.channel,
@@ -247,7 +253,7 @@ class Zygote:
                         "op": "exited",
                         "id": spawn.id,
                         "code": _exit_code(status),
-                        "cpu_s": usage.ru_utime + usage.ru_stime,
+                        "cpu_s": cpu + spawn.children_cpu_s,
                     },
                 )
         if ended:
