@@ -337,6 +337,18 @@ class LocalBackend:
             tuple(problems),
         )
 
+    def runtime_problem(self, uid: int, gid: int) -> str:
+        """'' when processes of ``uid``/``gid`` can start this server's Python (the checkers' and
+        labkit's); else what stops them. Only a root server without bubblewrap can meet one: the
+        sandbox binds the runtime for them, and a server that is not root runs them as itself."""
+        if self.bwrap or not self.switch:
+            return ""
+        return sandbox.unreachable(Path(self.python), uid, gid)
+
+    def _checker_can_start(self, state: EnvRecord) -> None:
+        if problem := self.runtime_problem(state.uid, state.gid):
+            raise sandbox.CheckerCannotStart(f"{self.python}: {problem} (labserver doctor: runtime)")
+
     def join_refusal(self, client_host: str | None) -> str | None:
         if self.isolation.complete or self.settings.allow_unsandboxed or _is_loopback(client_host):
             return None
@@ -638,6 +650,7 @@ class LocalBackend:
             )
         lab_dir = ws / lab_rel
         state = await asyncio.to_thread(self._state, ws)
+        self._checker_can_start(state)
         checker = request.checker.resolve()
         env = self._base_env(ws, request.env)
         env["LAB_DIR"] = str(lab_dir)

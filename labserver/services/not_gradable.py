@@ -17,6 +17,9 @@ capacity, no-room, no-card, disk       yes        the server is out of room (not
                                                   workspace: that is ``disk-full``)
 image-missing, sandbox, grader-start   yes        the server's setup: image, bubblewrap, a grader
                                                   container that never ran the checker
+checker-start                          yes        the server's setup: its Python is out of reach of
+                                                  the environment's uid (root, no bubblewrap:
+                                                  ``labserver doctor``, check ``runtime``)
 lab-missing                            no         the attendee removed the lab folder (reset it)
 disk-full                              no         the attendee's workspace is full
 path, too-big                          no         what the attendee asked for
@@ -52,6 +55,7 @@ PLATFORM_REASONS = frozenset(
         "image-missing",
         "sandbox",
         "grader-start",
+        "checker-start",
         "restart",
     }
 )
@@ -63,7 +67,10 @@ def is_platform_fault(exc: BackendError) -> bool:
 
 
 def message(lang: str, reason: str, *, retried: bool) -> str:
-    """What the attendee reads on a not-gradable run: first "retried", after the retry "try later"."""
+    """What the attendee reads on a not-gradable run: first "retried", after the retry "try later";
+    a checker that cannot start says so (pressing again cannot help until the server is fixed)."""
+    if reason == "checker-start":
+        return gettext(lang, "Not your fault: this server cannot start checkers (its Python is out of reach of your environment's user), so no check can run until the instructor fixes the server (labserver doctor says how). It does not count as an attempt.")  # noqa: E501  # fmt: skip
     if not retried:
         first = gettext(lang, "Not your fault: the platform could not run this check (%(reason)s). It does not count as an attempt and was retried automatically.")  # noqa: E501  # fmt: skip
         return first % {"reason": reason}
