@@ -131,6 +131,11 @@ class LocalSettings(BaseModel):
     uid_count: int = Field(default=65536, ge=1, le=10_000_000)
     limits: Literal["auto", "cgroup2", "cgroup1", "rlimit", "none"] = "auto"  # auto: best that works
     cgroup_parent: str = ""  # cgroup under which environments' groups go (default: the server's own)
+    # how checks start: "zygote" forks the checker and its children from a sandboxed process per
+    # environment and lab that imported torch once (backends/local_zygote.py); "process" starts a
+    # new interpreter per check
+    check_runner: Literal["zygote", "process"] = "zygote"
+    runner_idle_s: float = Field(default=900.0, ge=5.0)  # a check runner unused this long is stopped
 
 
 class LogSettings(BaseModel):

@@ -239,10 +239,12 @@ class CheckUsage:
     waited for included), and ``run_delay_s``, the seconds the check's work was runnable but
     waiting for a CPU (Linux ``schedstat`` of the processes the others wait for: the leaves of
     its process tree; :mod:`labserver.backends.meter`). Sleeping code adds to neither; code on a
-    machine too busy for it adds to the second."""
+    machine too busy for it adds to the second. ``asleep``: when measured, none of that work was
+    running or runnable (all of it slept: a timer, input, a lock)."""
 
     cpu_s: float
     run_delay_s: float
+    asleep: bool = False
 
 
 @runtime_checkable
@@ -255,14 +257,16 @@ class CheckMeter(Protocol):
     What a backend that runs the checker as a process it can see (``local``) must do with it:
 
     - ``attach(pid)`` once, as soon as the checker's process exists: the check is that process and
-      its descendants;
+      its descendants; or ``attach(runner_pid, descendants_only=True)`` when a fork server forks the
+      checker and its attendee children (the server runs one check per environment and lab at a
+      time, so the runner's descendants are that check's processes);
     - ``sample()`` on a timeout, **before** it kills them (afterwards there is nothing to read).
 
     A backend that cannot see the processes (a remote engine) leaves the meter alone: the check is
     then unmeasured, never idle for the queue, and a timeout is the attendee's as before. Both
     methods are cheap, never raise and may be called from any thread."""
 
-    def attach(self, pid: int) -> None: ...
+    def attach(self, pid: int, *, descendants_only: bool = False) -> None: ...
 
     def sample(self) -> CheckUsage | None:
         """What the check used so far (None before ``attach`` or when nothing can be read); once
@@ -299,6 +303,9 @@ class CheckRaw:
     log_truncated: bool
     timed_out: bool
     duration_s: float
+    # CPU seconds of the checker and every process it ran, measured by the backend (the local
+    # backend's check runner), or None where the backend cannot measure it
+    cpu_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import ipaddress
 import json
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,8 @@ from labserver.backends.base import (
     safe_relpath,
 )
 from labserver.backends.local_files import Workspace
+from labserver.backends.local_terminal import PtyTerminal, drain
+from labserver.backends.local_zygote import Zygote, ZygoteFailed, Zygotes
 from labserver.config import Settings
 
 log = logging.getLogger(__name__)
@@ -75,72 +78,6 @@ NOBODY = 65534
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-
-
-class PtyTerminal:
-    """A bash on a PTY. ``read`` waits for output; b"" means the shell exited. ``on_end`` runs once,
-    in a worker thread, when the shell has exited or the terminal was closed."""
-
-    marks_prompt = True  # LocalBackend.terminal starts bash with PS1 ending in PS1_PROMPT_END
-
-    def __init__(self, proc: ptyprocess.PtyProcess, on_end: Callable[[], None] | None = None) -> None:
-        self.proc = proc
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
-        self._loop = asyncio.get_running_loop()
-        self._closed = False
-        self._on_end = on_end
-        self._loop.add_reader(proc.fd, self._on_readable)
-
-    def _ended(self) -> None:
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            self._loop.run_in_executor(None, on_end)
-
-    def _on_readable(self) -> None:
-        try:
-            data = os.read(self.proc.fd, 65536)
-        except OSError:
-            data = b""
-        if not data:
-            self._loop.remove_reader(self.proc.fd)
-            self._ended()
-        self._queue.put_nowait(data)
-
-    async def read(self) -> bytes:
-        if self._closed and self._queue.empty():
-            return b""
-        return await self._queue.get()
-
-    async def write(self, data: bytes) -> None:
-        if not self._closed:
-            await asyncio.to_thread(os.write, self.proc.fd, data)
-
-    async def resize(self, cols: int, rows: int) -> None:
-        if not self._closed:
-            self.proc.setwinsize(max(2, min(rows, 500)), max(2, min(cols, 1000)))
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(ValueError, OSError):
-            self._loop.remove_reader(self.proc.fd)
-        sid = self.proc.pid
-        await asyncio.to_thread(self.proc.close, True)
-        # jobs that ignored SIGHUP stay in bash's session: end them too
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.getsid(int(entry)) == sid:
-                        os.kill(int(entry), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        self._queue.put_nowait(b"")
-        self._ended()
-
-    @property
-    def pid(self) -> int:
-        return int(self.proc.pid)
 
 
 @dataclass(frozen=True)
@@ -207,6 +144,7 @@ class LocalBackend:
             settings.local.limits, parent=settings.local.cgroup_parent, instance=instance
         )
         self._uid_lock = threading.Lock()
+        self.zygotes = Zygotes(idle_s=settings.local.runner_idle_s)
         self.isolation = self._measure()
         if self.isolation.complete:
             log.info("local backend isolation: %s", self.isolation.describe())
@@ -294,6 +232,18 @@ class LocalBackend:
             self.limiter.detail,
             tuple(problems),
         )
+
+    def runtime_problem(self, uid: int, gid: int) -> str:
+        """'' when processes of ``uid``/``gid`` can start this server's Python (the checkers' and
+        labkit's); else what stops them. Only a root server without bubblewrap can meet one: the
+        sandbox binds the runtime for them, and a server that is not root runs them as itself."""
+        if self.bwrap or not self.switch:
+            return ""
+        return sandbox.unreachable(Path(self.python), uid, gid)
+
+    def _checker_can_start(self, state: EnvRecord) -> None:
+        if problem := self.runtime_problem(state.uid, state.gid):
+            raise sandbox.CheckerCannotStart(f"{self.python}: {problem} (labserver doctor: runtime)")
 
     def join_refusal(self, client_host: str | None) -> str | None:
         if self.isolation.complete or self.settings.allow_unsandboxed or _is_loopback(client_host):
@@ -520,6 +470,7 @@ class LocalBackend:
         ws = Path(ref.infra_id)
         if ws.parent.resolve() != self.root.resolve():
             return
+        await self.zygotes.stop_env(ws.name)
         for group in (ws.name, f"{ws.name}.check"):
             await asyncio.to_thread(self.limiter.destroy, group)
         if ws.is_dir():
@@ -595,13 +546,106 @@ class LocalBackend:
             )
         lab_dir = ws / lab_rel
         state = await asyncio.to_thread(self._state, ws)
+        self._checker_can_start(state)
         checker = request.checker.resolve()
+        env = self._base_env(ws, request.env)
+        env["LAB_DIR"] = str(lab_dir)
+        if self.settings.local.check_runner == "zygote":
+            try:
+                zyg = await self.zygotes.get(
+                    (ws.name, lab_rel),
+                    functools.partial(self._start_zygote, ws, lab_dir, state, checker),
+                    self.python,
+                )
+            except ZygoteFailed as exc:
+                log.warning("environment %s: %s; running the checker in a process of its own", ws.name, exc)
+            else:
+                return await self._run_check_zygote(zyg, lab_dir, checker, env, request)
         group = f"{ws.name}.check"
         prefix = await self._acquire(group, state)
         try:
-            return await self._run_check(ws, lab_dir, state, checker, prefix, request)
+            return await self._run_check(ws, lab_dir, state, checker, prefix, env, request)
         finally:
             await asyncio.to_thread(self.limiter.release, group)
+
+    async def _start_zygote(
+        self, ws: Path, lab_dir: Path, state: EnvRecord, checker: Path, argv: list[str], fd: int
+    ) -> tuple[asyncio.subprocess.Process, Callable[[], Awaitable[None]]]:
+        """Start an environment's check runner (local_zygote.py) in the check sandbox."""
+        group = f"{ws.name}.check"
+        prefix = await self._acquire(group, state)
+
+        async def release() -> None:
+            await asyncio.to_thread(self.limiter.release, group)
+
+        cmd = self._command(
+            argv, ws, state, prefix, chdir=lab_dir, readonly=self._lab_files(checker), ws_writable=False
+        )
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.state_dir / f"{ws.name}.runner.log", "ab") as errors:
+                proc = await asyncio.create_subprocess_exec(
+                    *cmd,
+                    cwd="/" if self.bwrap else lab_dir,
+                    env=self._base_env(ws),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=errors,
+                    pass_fds=(fd,),
+                    start_new_session=True,
+                )
+        except BaseException:
+            await release()
+            raise
+        return proc, release
+
+    async def _run_check_zygote(
+        self, zyg: Zygote, lab_dir: Path, checker: Path, env: dict[str, str], request: CheckRequest
+    ) -> CheckRaw:
+        read_fd, write_fd = os.pipe()
+        log_r, log_w = os.pipe()
+        start = time.monotonic()
+        try:
+            ident = zyg.spawn_checker(
+                str(checker), cwd=str(lab_dir), env=env, result_fd=write_fd, log_fd=log_w
+            )
+        except BaseException:
+            os.close(read_fd)
+            os.close(log_r)
+            raise
+        finally:
+            os.close(write_fd)
+            os.close(log_w)
+        result_task = asyncio.ensure_future(drain(read_fd, RESULT_LIMIT))
+        log_task = asyncio.ensure_future(drain(log_r, request.log_limit))
+        meter, before_kill = request.meter, None
+        if meter is not None:  # base.CheckMeter: the check is what the runner forks for it
+            meter.attach(zyg.proc.pid, descendants_only=True)
+            # the runner kills a checker out of time itself: read what it used just before
+            before_kill = asyncio.get_running_loop().call_later(
+                max(0.0, request.timeout_s - 0.25), meter.sample
+            )
+        try:
+            code, timed_out, cpu = await zyg.wait_checker(ident, request.timeout_s)
+        finally:
+            if before_kill is not None:
+                before_kill.cancel()
+            # the zygote killed the checker's children with it: the pipes end at once
+            done, pending = await asyncio.wait({result_task, log_task}, timeout=5.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        result = result_task.result()[0] if result_task in done else b""
+        log_bytes, truncated = log_task.result() if log_task in done else (b"", False)
+        return CheckRaw(
+            exit_code=None if timed_out else code,
+            result=result,
+            log=log_bytes,
+            log_truncated=truncated,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - start,
+            cpu_s=cpu,
+        )
 
     async def _run_check(
         self,
@@ -610,12 +654,11 @@ class LocalBackend:
         state: EnvRecord,
         checker: Path,
         prefix: list[str],
+        env: dict[str, str],
         request: CheckRequest,
     ) -> CheckRaw:
         read_fd, write_fd = os.pipe()
-        env = self._base_env(ws, request.env)
-        env["LAB_RESULT_FD"] = str(write_fd)
-        env["LAB_DIR"] = str(lab_dir)
+        env = dict(env, LAB_RESULT_FD=str(write_fd))
         argv = [self.python, "-I", str(checker)]
         cmd = self._command(
             argv, ws, state, prefix, chdir=lab_dir, readonly=self._lab_files(checker), ws_writable=False
@@ -636,38 +679,8 @@ class LocalBackend:
             os.close(write_fd)
         if request.meter is not None:
             request.meter.attach(proc.pid)  # base.CheckMeter: the check is this process and its own
-        loop = asyncio.get_running_loop()
-        result = bytearray()
         log_buf = bytearray()
         truncated = False
-
-        async def pump_result() -> None:
-            # read by the loop, not by a worker thread blocked in read() for the check's whole run:
-            # four running checks used to hold four of the loop's six default worker threads, and
-            # every database step and file operation of the room queued behind them
-            # (bench/rehearsal.py). The descriptor is ours alone and closed once, here (a pipe
-            # transport would close it too, and under uvloop the file object a second time).
-            os.set_blocking(read_fd, False)
-            eof: asyncio.Future[None] = loop.create_future()
-
-            def readable() -> None:
-                try:
-                    chunk = os.read(read_fd, 65536)
-                except BlockingIOError:
-                    return
-                except OSError:
-                    chunk = b""
-                if chunk and len(result) < RESULT_LIMIT:
-                    result.extend(chunk[: RESULT_LIMIT - len(result)])
-                if not chunk and not eof.done():
-                    eof.set_result(None)
-
-            loop.add_reader(read_fd, readable)
-            try:
-                await eof
-            finally:
-                loop.remove_reader(read_fd)
-                os.close(read_fd)
 
         async def pump_log() -> None:
             nonlocal truncated
@@ -682,7 +695,7 @@ class LocalBackend:
                 if len(chunk) > max(room, 0):
                     truncated = True
 
-        result_task = asyncio.ensure_future(pump_result())
+        result_task = asyncio.ensure_future(drain(read_fd, RESULT_LIMIT))
         timed_out = False
         try:
             await asyncio.wait_for(asyncio.gather(pump_log(), proc.wait()), request.timeout_s)
@@ -700,7 +713,7 @@ class LocalBackend:
             await asyncio.wait_for(result_task, 5.0)
         return CheckRaw(
             exit_code=None if timed_out else proc.returncode,
-            result=bytes(result),
+            result=result_task.result()[0],
             log=bytes(log_buf),
             log_truncated=truncated,
             timed_out=timed_out,
@@ -752,6 +765,10 @@ class LocalBackend:
         backup = await asyncio.to_thread(files.move_to_backup, lab.lab_id, backup_name)
         await asyncio.to_thread(files.seed, lab.lab_id, lab.starter)
         return backup or f".backups/{safe_relpath(backup_name)}/{lab.lab_id}"
+
+    async def aclose(self) -> None:
+        """Stop the check runners (they would end with the server anyway: their channel closes)."""
+        await self.zygotes.close()
 
     async def archive(self, ref: EnvRef, path: str) -> bytes:
         files = self._files(self._ws(ref))

@@ -15,7 +15,9 @@ machine each wake-up waits (a room of four sleeping checks measured 14 s of summ
 processes no other one of the check waits for (the attendee code running, or the checker itself
 while it computes): per interval between two samples, the largest increase of run delay of any
 leaf (its threads summed), at most the interval. A check starved of CPU has a leaf that is always
-runnable and rarely running; a sleeping one has no leaf that is runnable at all.
+runnable and rarely running; a sleeping one has no leaf that is runnable at all: ``asleep`` says
+that every thread of every leaf slept at the last sample (the one a backend takes just before it
+kills a check out of time).
 
 Both files are readable for processes of any user (mode 0444), also those made non-dumpable.
 
@@ -56,6 +58,16 @@ def parse_stat(text: str) -> ProcStat:
     return ProcStat(pid, int(rest[1]), int(rest[19]), ticks / CLK_TCK)
 
 
+#: thread states (proc(5)) of code that neither runs nor waits for a CPU: sleeping (a timer, input,
+#: a lock, a child), stopped, traced, a zombie; ``R`` (runnable) and ``D`` (disk) are not
+ASLEEP = frozenset("STtZXI")
+
+
+def parse_state(text: str) -> str:
+    """The state letter of a ``/proc/<pid>[/task/<tid>]/stat`` text."""
+    return text[text.rindex(")") + 2 :].split()[0]
+
+
 def parse_schedstat(text: str) -> float:
     """Run delay in seconds from ``schedstat`` (``on-cpu-ns run-delay-ns timeslices``)."""
     return int(text.split()[1]) / 1e9
@@ -92,27 +104,46 @@ def tree(table: Mapping[int, ProcStat], root: int) -> list[ProcStat]:
 
 class ProcessMeter:
     """A :class:`~labserver.backends.base.CheckMeter` over ``/proc``: the check is the process
-    ``attach`` names and its descendants (module docstring: what ``run_delay_s`` counts)."""
+    ``attach`` names and its descendants, or its descendants only (a fork server that forks the
+    check's processes); what they had used when ``attach`` was called is not the check's (module
+    docstring: what ``run_delay_s`` counts)."""
 
     def __init__(self, proc: Path = PROC, clock: Callable[[], float] = time.monotonic) -> None:
         self._proc = proc
         self._clock = clock
         self._lock = threading.Lock()
         self._root: tuple[int, int] | None = None  # (pid, start): a reused pid is not ours
+        self._descendants_only = False
+        self._cpu_base = 0.0
         self._delays: dict[tuple[int, int, str], float] = {}  # last run delay of each thread seen
         self._sampled_at = 0.0
         self._cpu_s = 0.0
         self._wait_s = 0.0
         self._last: CheckUsage | None = None
 
-    def attach(self, pid: int) -> None:
+    def attach(self, pid: int, *, descendants_only: bool = False) -> None:
         try:
             start = parse_stat((self._proc / str(pid) / "stat").read_text()).start
         except (OSError, ValueError, IndexError):
             return  # already gone: nothing to measure
         with self._lock:
             self._root = (pid, start)
+            self._descendants_only = descendants_only
             self._sampled_at = self._clock()
+            # what the processes had used before (a fork server's own start and earlier checks)
+            members = self._members(process_table(self._proc))
+            self._cpu_base = sum(m.cpu_s for m in members)
+            for m in members:
+                self._delays.update(self._thread_delays(m))
+
+    def _members(self, table: Mapping[int, ProcStat]) -> list[ProcStat]:
+        assert self._root is not None
+        pid, start = self._root
+        root = table.get(pid)
+        if root is None or root.start != start:
+            return []
+        members = tree(table, pid)
+        return members[1:] if self._descendants_only else members
 
     @property
     def attached(self) -> bool:
@@ -142,26 +173,40 @@ class ProcessMeter:
         with self._lock:
             if self._root is None:
                 return None
-            pid, start = self._root
             if table is None:
                 table = process_table(self._proc)
-            root = table.get(pid)
-            members = tree(table, pid) if root is not None and root.start == start else []
+            members = self._members(table)
             if not members:
                 return self._last
             now = self._clock()
             interval, self._sampled_at = max(0.0, now - self._sampled_at), now
-            self._cpu_s = max(self._cpu_s, sum(m.cpu_s for m in members))
+            self._cpu_s = max(self._cpu_s, sum(m.cpu_s for m in members) - self._cpu_base)
             parents = {m.ppid for m in members}
-            leaf_waits = [0.0]
+            leaf_waits, asleep = [0.0], True
             for m in members:
                 delays = self._thread_delays(m)
                 if m.pid not in parents:  # a leaf: what the rest of the check waits for
                     leaf_waits.append(sum(d - self._delays.get(k, 0.0) for k, d in delays.items()))
+                    asleep = asleep and self._asleep(m)
                 self._delays.update(delays)
             self._wait_s += min(max(leaf_waits), interval)
-            self._last = CheckUsage(round(self._cpu_s, 3), round(self._wait_s, 3))
+            self._last = CheckUsage(round(self._cpu_s, 3), round(self._wait_s, 3), asleep)
             return self._last
+
+    def _asleep(self, m: ProcStat) -> bool:
+        """Every thread of ``m`` sleeps (``S``), is stopped or is a zombie: none runs or wants to."""
+        try:
+            tasks = list(os.scandir(self._proc / str(m.pid) / "task"))
+        except OSError:
+            return True  # gone: it runs no more
+        for task in tasks:
+            try:
+                state = parse_state((Path(task.path) / "stat").read_text())
+            except (OSError, ValueError, IndexError):
+                continue
+            if state not in ASLEEP:
+                return False
+        return True
 
 
 def sample_all(meters: Iterable[ProcessMeter], proc: Path = PROC) -> None:

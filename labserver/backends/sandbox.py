@@ -65,11 +65,14 @@ import glob
 import os
 import shutil
 import site
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from labserver.backends.base import BackendError
 
 #: what an attendee process may read from the host's /etc (when present). Not there: shadow files,
 #: machine-id, ssh keys, sudoers, the package manager's and services' configuration.
@@ -347,3 +350,47 @@ def works(argv: Sequence[str], *, cwd: str = "/") -> str:
             -500:
         ] or f"exit {res.returncode}"
     return ""
+
+
+class CheckerCannotStart(BackendError):
+    """The environment's uid cannot start the checkers' Python (a root server without bubblewrap
+    whose Python lives under a 0700 folder such as ``/root/.pyenv``): the server's setup, not the
+    attendee's work (services/not_gradable.py, ``checker-start``). ``log`` says what stops it."""
+
+    def __init__(self, log: str) -> None:
+        message = "This server cannot start checkers: its Python is out of reach of your environment's user."
+        super().__init__(message, reason="checker-start", log=log)
+
+
+def unreachable(path: Path, uid: int, gid: int) -> str:
+    """'' when a process of ``uid``/``gid`` (no supplementary groups, no capabilities: an attendee
+    process without bubblewrap) can execute ``path``; else which folder or file stops it and why.
+    Every folder on the way is looked at, through every symlink (a venv's ``python`` links into
+    ``/root/.pyenv``, whose ``/root`` is 0700). Mode bits only, as the kernel checks them without
+    ACLs; run as root, it never depends on what the caller itself may do."""
+    seen = 0
+    current = Path(os.path.abspath(path))
+    while True:
+        for folder in reversed(current.parents):
+            if problem := _denied(folder, uid, gid, stat.S_IXOTH, "enter"):
+                return problem
+        try:
+            target = os.readlink(current)
+        except OSError:
+            break
+        seen += 1
+        if seen > 40:
+            return f"{path}: too many symlinks"
+        current = Path(os.path.abspath(current.parent / target))
+    return _denied(current, uid, gid, stat.S_IXOTH, "execute")
+
+
+def _denied(path: Path, uid: int, gid: int, other_bit: int, what: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+    if st.st_mode & (other_bit << shift):
+        return ""
+    return f"uid {uid} cannot {what} {path} (mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})"

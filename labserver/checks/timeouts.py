@@ -25,21 +25,24 @@ counted). In order:
 
 1. **Nothing measured** (a backend that cannot see the check's processes): the attendee's timeout,
    as before (``unmeasured``).
-2. **Enough CPU**: ``cpu_s`` at or above ``CPU_BUDGET_FACTOR x`` the recorded cost, or above the
+2. **Asleep at the end**: when the time ran out, none of the check's work ran or waited for a CPU
+   (``asleep``, read just before the kill: the attendee's code slept, waited for input or for a
+   lock): the attendee's (``asleep``), however long a busy machine took to start it.
+3. **Enough CPU**: ``cpu_s`` at or above ``CPU_BUDGET_FACTOR x`` the recorded cost, or above the
    wall time when no cost is recorded (one core for the whole time): the check could have finished
    a correct solution several times over: an endless loop, however busy the machine. The
    attendee's (``used-its-cpu``).
-3. **With a recorded cost** ``c``: the machine's (``starved``) when the work waited at least
+4. **With a recorded cost** ``c``: the machine's (``starved``) when the work waited at least
    ``MIN_WAIT_SHARE`` of the wall time *and* the time it was not waiting, ``wall - run_delay``,
    is under ``NEEDS_FACTOR x c``: it never had the time a correct solution needs. A check that
    waited at the start (a busy machine starts processes slowly) but then had its time, and
    slept through it, is the attendee's (``had-its-time``).
-4. **Without a recorded cost**: the machine's (``starved``) when the work waited at least
+5. **Without a recorded cost**: the machine's (``starved``) when the work waited at least
    ``STARVED_SHARE`` of the wall time; else the attendee's (``not-starved``).
 
 What it cannot tell: an endless loop on a starved machine in a step with no recorded cost is
-``not_gradable`` (retried once, then "press Check in a minute"): record the step's cost, and rule 2
-or 3 decides.
+``not_gradable`` (retried once, then "press Check in a minute"): record the step's cost, and rule 3
+or 4 decides.
 """
 
 from __future__ import annotations
@@ -69,8 +72,8 @@ def wall_budget(timeout_s: float, cost_s: float | None) -> float:
 @dataclass(frozen=True)
 class Blame:
     """Whose fault a timeout was: ``platform`` True means not gradable. ``reason`` is a short label
-    for logs and metrics: ``starved``, ``not-starved``, ``had-its-time``, ``used-its-cpu`` or
-    ``unmeasured``."""
+    for logs and metrics: ``starved``, ``not-starved``, ``had-its-time``, ``asleep``,
+    ``used-its-cpu`` or ``unmeasured``."""
 
     platform: bool
     reason: str
@@ -84,6 +87,8 @@ def blame(*, wall_s: float, usage: CheckUsage | None, cost_s: float | None) -> B
     recorded cost (``cost_s``, None when not recorded)."""
     if usage is None:
         return Blame(False, "unmeasured")
+    if usage.asleep:
+        return Blame(False, "asleep", usage.cpu_s, usage.run_delay_s)
     cpu_budget = CPU_BUDGET_FACTOR * cost_s if cost_s is not None else wall_s
     if usage.cpu_s >= cpu_budget:
         return Blame(False, "used-its-cpu", usage.cpu_s, usage.run_delay_s)

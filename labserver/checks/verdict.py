@@ -146,11 +146,14 @@ def interpret(
 ) -> Verdict:
     """The verdict of a check that ran with a ``timeout_s`` limit (the tables above). ``usage``:
     what the backend measured of its processes (the last sample, taken before a timeout's kill);
-    ``cost_s``: its step's recorded cost. Both only decide whose fault a timeout is; a timeout
-    the machine caused carries the measured CPU as ``cpu_s``."""
+    ``cost_s``: its step's recorded cost. Both only decide whose fault a timeout is (with
+    ``raw.cpu_s``, the backend's count of the CPU, when it has one); a timed-out verdict carries
+    the measured CPU as ``cpu_s``."""
     if raw.timed_out:
+        if usage is not None and raw.cpu_s is not None:  # the backend's own count, children included
+            usage = CheckUsage(max(usage.cpu_s, raw.cpu_s), usage.run_delay_s, usage.asleep)
         fault = blame(wall_s=timeout_s, usage=usage, cost_s=cost_s)
-        measured = usage.cpu_s if usage is not None else None
+        measured = usage.cpu_s if usage is not None else raw.cpu_s
         if fault.platform:
             return Verdict(
                 CheckStatus.not_gradable,

@@ -5,12 +5,15 @@ costs one status poll (the backend's own, before it runs the checker), not two.
 
 A check the platform could not run (:mod:`labserver.services.not_gradable`) is committed and
 published as ``not_gradable`` and pressed again at once, under the same lock: the attendee sees
-"not your fault, retried", then the retry's own result."""
+"not your fault, retried", then the retry's own result.
+
+From its row's commit until its result's, a run's id is in ``ctx.checks_in_flight``: a ``running``
+row that is not is one nothing will finish, and :mod:`labserver.services.recovery` closes it."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 from sqlmodel import Session, col, select
@@ -151,9 +154,48 @@ async def _check_once(
 
     run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
     await in_thread(_store, session, run)
-    ctx.live.publish(Kind.check_started, event.id, attendee.id, run_id=run.id, lab=lab.id, step=step.id)
-    recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=f"Check {step.id}")
+    assert run.id is not None
+    ctx.checks_in_flight.add(run.id)  # until its result is committed (services/recovery.py)
     try:
+        crash = await _judge(
+            ctx, session, run, event=event, attendee=attendee, attempt=attempt, lang=lang, retried=retried
+        )
+        run.finished_at = clock.now()
+        await in_thread(_store, session, run, files)  # committed before anyone sees it
+    finally:
+        # cancelled before the commit (the server stops): the row stays ``running``, and recovery
+        # finishes it and presses Check again, as for a server that died
+        ctx.checks_in_flight.discard(run.id)
+    metrics.check_finished(run)
+    publish_finished(ctx, run, attendee)
+    recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=result_label(run))
+    if crash is not None:
+        raise crash
+    return run
+
+
+async def _judge(
+    ctx: AppContext,
+    session: Session,
+    run: CheckRun,
+    *,
+    event: Event,
+    attendee: Attendee,
+    attempt: Callable[[EnvRef], Awaitable[tuple[CheckRaw, Verdict]]],
+    lang: str,
+    retried: bool,
+) -> Exception | None:
+    """Run the check and write its outcome into ``run`` (not committed). Returns the exception the
+    caller raises once the run is committed: a fault of ours, the run recorded as ``error``."""
+    assert event.id is not None and attendee.id is not None
+    event_id, attendee_id = event.id, attendee.id
+    try:
+        ctx.live.publish(
+            Kind.check_started, event_id, attendee_id, run_id=run.id, lab=run.lab_id, step=run.step_id
+        )
+        recordings.mark(
+            ctx, event_id=event_id, attendee_id=attendee_id, lab=run.lab_id, label=f"Check {run.step_id}"
+        )
         # the row is trusted; the backend polls the engine once before the check (run_check)
         raw, verdict = await with_environment(ctx, session, event=event, attendee=attendee, action=attempt)
         run.status = verdict.status
@@ -177,7 +219,8 @@ async def _check_once(
         run.log_truncated = raw.log_truncated
         run.exit_code = raw.exit_code
         run.duration_s = raw.duration_s
-        run.cpu_s = verdict.cpu_s  # reported by the checker, or measured on a timeout
+        # what the checker reported (measured on a timeout), else what the backend measured
+        run.cpu_s = verdict.cpu_s if verdict.cpu_s is not None else raw.cpu_s
     except BackendError as exc:
         if not_gradable.is_platform_fault(exc):
             log.warning(
@@ -198,14 +241,8 @@ async def _check_once(
     except Exception as exc:  # never leave a run "running"
         run.status = CheckStatus.error
         run.message = f"The check could not run: {exc}"
-        raise
-    finally:
-        run.finished_at = clock.now()
-        await in_thread(_store, session, run, files)  # committed before anyone sees it
-        metrics.check_finished(run)
-        publish_finished(ctx, run, attendee)
-        recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=result_label(run))
-    return run
+        return exc
+    return None
 
 
 def _store(session: Session, run: CheckRun, files: list[dict[str, object]] | None = None) -> None:

@@ -6,6 +6,7 @@ needs, as the server itself would use it, and answers a :class:`Finding`:
 | ``engine`` | each Docker engine (``LABSERVER_DOCKER__HOSTS`` / nodes file): answers, version, API; or the Kubernetes API server (and ``namespace``) | an engine does not answer or speaks too old an API; the API server does not answer, the namespace is missing |
 | ``images`` | the lab image(s) the event's labs need, on each engine that answered; their tags | an image is missing on an engine |
 | ``sandbox`` | local backend: bubblewrap, measured as the backend measures it at start | isolation is incomplete and ``ALLOW_UNSANDBOXED`` is off (remote attendees are refused) |
+| ``runtime`` | local, root server without bubblewrap: whether the environments' uids can start this server's Python (every folder on the way, through symlinks) | they cannot (a Python under a 0700 ``/root``, e.g. pyenv): every check would fail |
 | ``userns`` | user namespaces (``/proc/sys/user/max_user_namespaces``, the Debian and Ubuntu switches) | never (a warning explaining a bubblewrap failure) |
 | ``limits`` | local: the cgroup v2 / v1 / rlimit mechanism in force; docker: the engine's cgroup version and limit support | no limits at all and ``ALLOW_UNSANDBOXED`` off |
 | ``disk`` | free space in ``DATA_DIR`` and a 1 MiB write there | under 256 MiB free or the write fails |
@@ -112,6 +113,15 @@ FIXES: dict[str, tuple[str, str]] = {
         "set LABSERVER_ALLOW_UNSANDBOXED=1 to admit attendees from other machines without isolation.",
         "安装 bubblewrap（apt-get install bubblewrap）并允许用户命名空间（见 userns），或设置 "
         "LABSERVER_ALLOW_UNSANDBOXED=1，在没有隔离的情况下接纳其他机器上的学员。",
+    ),
+    "runtime": (
+        "Checks run {python} as each environment's own uid, and {blocked}. Either install bubblewrap and "
+        "keep LABSERVER_SANDBOX=auto (the sandbox shows them the runtime), or make the server's virtualenv "
+        "from a Python they can reach (/usr/bin/python3 -m venv, or a Python installed under /opt) and "
+        "start labserver from it.",
+        "检查以各环境自己的 uid 运行 {python}，但路径上有它们无法进入的文件夹或文件（{blocked}）。请安装 bubblewrap 并保持 LABSERVER_SANDBOX=auto"
+        "（沙箱会让它们看到运行时），或用它们能访问的 Python 创建服务器的虚拟环境（/usr/bin/python3 -m venv，"
+        "或安装在 /opt 下的 Python），再从该环境启动 labserver。",
     ),
     "userns": (
         "Allow unprivileged user namespaces: sysctl -w {setting} (and put it in /etc/sysctl.d/ to keep it).",
@@ -444,11 +454,26 @@ def _local_checks(settings: Settings) -> Iterator[Finding]:
         yield from _userns(failed=True)
         return
     iso = backend.isolation
-    sandbox_problems = [p for p in iso.problems if "resource limits" not in p]
+    uid = settings.local.uid_base
+    blocked = backend.runtime_problem(uid, uid)
+    # the probe's own failure says the same as the runtime finding below, with the right fix there
+    sandbox_problems = [
+        p for p in iso.problems if "resource limits" not in p and not (blocked and "cannot run here" in p)
+    ]
     if sandbox_problems:
         yield Finding("sandbox", bad, f"{'; '.join(sandbox_problems)}: {effect}", "sandbox")
     else:
         yield Finding("sandbox", Status.ok, f"sandbox={iso.sandbox}; attendee processes run as {iso.user}")
+    if blocked:
+        yield Finding(
+            "runtime",
+            Status.fail,
+            f"{backend.python}: {blocked}: every check would fail",
+            "runtime",
+            {"python": backend.python, "blocked": blocked},
+        )
+    elif backend.switch and not backend.bwrap:
+        yield Finding("runtime", Status.ok, f"uid {uid}+n can start {backend.python}")
     yield from _userns(failed=iso.sandbox != "bubblewrap" and settings.sandbox != "none")
     detail = f" ({iso.limits_detail})" if iso.limits_detail else ""
     if iso.limits in ("cgroup2", "cgroup1"):

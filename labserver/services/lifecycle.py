@@ -12,16 +12,18 @@ from sqlmodel import Session
 
 from labserver.services.context import AppContext
 from labserver.services.culling import cull_idle
+from labserver.services.recovery import sweep_orphaned_runs
 from labserver.services.warming import warm_open_events
 
 log = logging.getLogger(__name__)
 
 
 async def housekeeping(ctx: AppContext, every_s: float = 60.0) -> None:
-    """The one background loop: idle terminals, warm pools, idle environments, every ``every_s``."""
+    """The one background loop: orphaned check runs, idle terminals, warm pools, idle environments, every ``every_s``."""
     while True:
         await asyncio.sleep(every_s)
         try:
+            await sweep_orphaned_runs(ctx)  # no run stays "running" that nothing runs
             await ctx.terminals.reap_idle()
             await warm_open_events(ctx)  # its own short session, closed before the engine works
             with Session(ctx.engine, expire_on_commit=False) as session:

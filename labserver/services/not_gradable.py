@@ -17,6 +17,9 @@ capacity, no-room, no-card, disk       yes        the server is out of room (not
                                                   workspace: that is ``disk-full``)
 image-missing, sandbox, grader-start   yes        the server's setup: image, bubblewrap, a grader
                                                   container that never ran the checker
+checker-start                          yes        the server's setup: its Python is out of reach of
+                                                  the environment's uid (root, no bubblewrap:
+                                                  ``labserver doctor``, check ``runtime``)
 load                                   yes        not an error but a timeout the machine caused: the
                                                   check's work waited for a CPU instead of running
                                                   (:func:`labserver.checks.timeouts.blame`, rules
@@ -58,6 +61,7 @@ PLATFORM_REASONS = frozenset(
         "image-missing",
         "sandbox",
         "grader-start",
+        "checker-start",
         "restart",
         LOAD,
     }
@@ -71,7 +75,10 @@ def is_platform_fault(exc: BackendError) -> bool:
 
 def message(lang: str, reason: str, *, retried: bool) -> str:
     """What the attendee reads on a not-gradable run: first "retried", after the retry "try later";
-    a timeout the machine caused (``LOAD``) says the server was too busy."""
+    a checker that cannot start says so (pressing again cannot help until the server is fixed); a
+    timeout the machine caused (``LOAD``) says the server was too busy."""
+    if reason == "checker-start":
+        return gettext(lang, "Not your fault: this server cannot start checkers (its Python is out of reach of your environment's user), so no check can run until the instructor fixes the server (labserver doctor says how). It does not count as an attempt.")  # noqa: E501  # fmt: skip
     if reason == LOAD:
         if not retried:
             return gettext(lang, "Not your fault: the server was too busy to finish this check in time (it waited for a processor more than it ran). It does not count as an attempt and was retried automatically.")  # noqa: E501  # fmt: skip

@@ -23,7 +23,8 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.backends.base import EnvRef, EnvSpec, ProgressCallback
-from labserver.backends.local import LocalBackend, PtyTerminal
+from labserver.backends.local import LocalBackend
+from labserver.backends.local_terminal import PtyTerminal
 from labserver.config import AdmissionSettings, DatabaseSettings, Settings
 from labserver.services.events import create_event
 

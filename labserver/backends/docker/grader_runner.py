@@ -1,4 +1,5 @@
-"""The trusted runner inside a grader container (standard library only; copied in by the server).
+"""The trusted runner inside a grader container (the standard library and the image's labkit;
+copied in by the server).
 
 It is put, root-owned and read-only, at ``/opt/labserver/grader/runner.py`` together with the
 checker and ``job.json``; a per-check secret key is put at ``/opt/labserver/key/key`` (uid 1000,
@@ -6,8 +7,11 @@ checker and ``job.json``; a per-check secret key is put at ``/opt/labserver/key/
 
 1. marks itself non-dumpable (so code of the same uid can neither ptrace it nor open its
    ``/proc/<pid>/fd`` or ``mem``), reads the key and deletes it;
-2. runs ``python -I <checker>`` (also non-dumpable) with ``LAB_RESULT_FD`` = the write end of a
-   pipe, stdout+stderr captured as the log, in ``LAB_DIR`` (the read-only workspace lab folder);
+2. starts the image's check fork server (``labkit.check.zygote``: torch and labkit imported once,
+   with an environment free of ``LAB_RUN_ID`` and secrets) and has it fork the checker (also
+   non-dumpable) with ``LAB_RESULT_FD`` = the write end of a pipe, stdout+stderr captured as the
+   log, in ``LAB_DIR`` (the read-only workspace lab folder); the checker's attendee-code children
+   are forked by the same zygote, so a check imports torch once, not once per process;
 3. writes ``{exit_code, result, log, log_truncated, timed_out, duration_s, nonce}`` with an
    HMAC-SHA256 of it under the key to ``/opt/labserver/out/result.json``.
 
@@ -17,14 +21,11 @@ destroys the record, which is a checker error, never a pass.
 """
 
 import base64
-import contextlib
 import ctypes
 import hashlib
 import hmac
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -34,14 +35,6 @@ KEY = "/opt/labserver/key/key"
 OUT = "/opt/labserver/out/result.json"
 RESULT_LIMIT = 1024 * 1024
 PR_SET_DUMPABLE = 4
-
-BOOT = (
-    "import ctypes, runpy, sys\n"
-    "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
-    "path = sys.argv[1]\n"
-    "sys.argv = sys.argv[1:]\n"
-    "runpy.run_path(path, run_name='__main__')\n"
-)
 
 
 def main() -> int:
@@ -60,21 +53,24 @@ def main() -> int:
         record["missing"] = True
         return write(record, key)
 
+    from labkit.check import runner, zygote  # the image's labkit (root-owned, read-only)
+
     read_fd, write_fd = os.pipe()
-    env = dict(os.environ)
-    env["LAB_RESULT_FD"] = str(write_fd)
+    log_r, log_w = os.pipe()
+    devnull = os.open(os.devnull, os.O_RDONLY)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-c", BOOT, os.path.join(GRADER, job["checker"])],
-        cwd=lab_dir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        pass_fds=(write_fd,),
-        start_new_session=True,
-    )
-    os.close(write_fd)
+    client = zygote.start(runner.child_env(), cwd=lab_dir)
+    try:
+        ident = client.spawn(
+            "checker",
+            [os.path.join(GRADER, job["checker"])],
+            cwd=lab_dir,
+            env=dict(os.environ),
+            fds=[devnull, log_w, log_w, write_fd],
+        )
+    finally:
+        for fd in (write_fd, log_w, devnull):
+            os.close(fd)
     result = bytearray()
     log = bytearray()
     state = {"truncated": False}
@@ -89,9 +85,8 @@ def main() -> int:
                 result.extend(chunk[: RESULT_LIMIT - len(result)])
 
     def pump_log() -> None:
-        assert proc.stdout is not None
         while True:
-            chunk = os.read(proc.stdout.fileno(), 65536)
+            chunk = os.read(log_r, 65536)
             if not chunk:
                 return
             room = limit - len(log)
@@ -106,19 +101,13 @@ def main() -> int:
     ]
     for t in readers:
         t.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=float(job["timeout_s"]))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the checker's children too
-    proc.wait()
-    # children that escaped the process group and keep the pipes open must not hold us up
+    code, timed_out, _cpu = client.wait(ident, float(job["timeout_s"]))
+    client.close()  # the zygote ends, and whatever it forked with it
+    # children that escaped and keep the pipes open must not hold us up
     for t in readers:
         t.join(timeout=2.0)
     record.update(
-        exit_code=None if timed_out else proc.returncode,
+        exit_code=code,
         result=base64.b64encode(bytes(result)).decode(),
         log=base64.b64encode(bytes(log)).decode(),
         log_truncated=state["truncated"],

@@ -1,16 +1,20 @@
 """Running attendee code in a child process, so a checker never executes it itself.
 
 ``run_function`` imports an attendee module and calls one function; ``run_script`` runs a
-command. Both start ``sys.executable`` (or the command) with:
+command. Both are forked by the check's fork server (:mod:`labkit.check.zygote`), which has
+imported torch and labkit once: the backend's zygote when the checker was started by one
+(``LABKIT_ZYGOTE_FD``), else one this checker starts at its first call. Each child gets:
 
 - cwd = the checker's cwd (the attendee's lab folder) and, for ``run_function``, that folder
   first on the child's ``sys.path``;
-- every inherited descriptor closed except stdin (``/dev/null``), stdout and stderr (temp files),
-  so the child cannot reach the result channel; ``LAB_RESULT_FD``, ``LAB_RUN_ID`` and anything
-  that looks like a secret removed from its environment;
+- every descriptor closed except stdin (``/dev/null``), stdout and stderr (temp files), so the
+  child cannot reach the result channel or the zygote; ``LAB_RESULT_FD``, ``LAB_RUN_ID`` and
+  anything that looks like a secret removed from its environment (which it receives through a pipe
+  only it reads, so the zygote never holds it);
 - a new session (process group) killed as a whole on the wall-clock timeout and after the call;
 - ``RLIMIT_AS`` (``memory_mb``; not applied when ``LAB_DEVICE`` is an NPU, whose driver maps large
-  virtual ranges), ``RLIMIT_CPU``, no core dumps, no capabilities, death with the parent.
+  virtual ranges), ``RLIMIT_CPU``, no core dumps, no capabilities, death with the zygote (which
+  dies with the checker or the backend that started it).
 
 The checker process itself is made non-dumpable, so a child cannot open
 ``/proc/<checker>/fd/<LAB_RESULT_FD>`` either.
@@ -22,27 +26,23 @@ an attendee-controlled process is never loaded.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from . import _child
+from . import _child, zygote
 from .verdict import Failure, msg
 
 __all__ = ["AttendeeError", "CallResult", "Frame", "ScriptResult", "child_env", "run_function", "run_script"]
 
 MAX_OUTPUT_CHARS = 100_000
 _SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|PRIVATE", re.IGNORECASE)
-_CHILD_SOURCE = Path(_child.__file__).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("LAB_RESULT_FD", "LAB_RUN_ID")
+        if k not in ("LAB_RESULT_FD", "LAB_RUN_ID", zygote.ENV_VAR)
         and not k.startswith("LABSERVER_")
         and not _SECRET.search(k)
     }
@@ -187,32 +187,45 @@ def _read_capped(path: str) -> str:
     return text
 
 
+_client: zygote.Client | None = None
+
+
+def _zygote() -> zygote.Client:
+    """The fork server this checker's children come from: the one that started this checker, or
+    one of our own started at the first call (it preloads torch once for every later call)."""
+    global _client
+    if _client is None:
+        fd_text = os.environ.pop(zygote.ENV_VAR, "")
+        if fd_text.isdigit():
+            import socket
+
+            _client = zygote.Client(socket.socket(fileno=int(fd_text)))
+        else:
+            _client = zygote.start(child_env(), cwd=os.getcwd())
+            _add_spawned_cpu(_client.preload_cpu_s)
+    return _client
+
+
+def _reset_after_fork() -> None:
+    """Forget the state of the process this one was forked from (the zygote's, a checker's)."""
+    global _client, _spawned_cpu_s
+    _client, _spawned_cpu_s = None, 0.0
+
+
 def _run(
-    argv: list[str], cwd: str, env: dict[str, str], timeout: float | None, tmp: str
+    mode: str, argv: list[str], cwd: str, env: dict[str, str], timeout: float | None, tmp: str
 ) -> tuple[int | None, str, str, bool]:
     _child.set_non_dumpable()
     out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            close_fds=True,
-            start_new_session=True,
-        )
-        timed_out = False
         try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            code = None
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
-            proc.wait()
+            code, timed_out, cpu = _zygote().run(
+                mode, argv, cwd=cwd, env=env, stdout=out.fileno(), stderr=err.fileno(), timeout=timeout
+            )
+        except zygote.ZygoteGone as exc:
+            # the platform's fault: a checker error (exit 2), never a verdict about the attendee
+            raise RuntimeError(f"labkit.check: {exc}") from exc
+    _add_spawned_cpu(cpu)
     return code, _read_capped(out_path), _read_capped(err_path), timed_out
 
 
@@ -271,11 +284,6 @@ def run_function(
         spec_path, result_path = os.path.join(tmp, "spec.pt"), os.path.join(tmp, "result.pt")
         torch.save({"args": tuple(args), "kwargs": dict(kwargs)}, spec_path)
         argv = [
-            sys.executable,
-            "-P",  # no cwd on sys.path: files in the lab folder cannot shadow the bootstrap's imports
-            "-c",
-            _CHILD_SOURCE,
-            "call",
             lab_dir,
             file,
             func,
@@ -283,9 +291,9 @@ def run_function(
             result_path,
             str(_memory_limit(memory_mb, MIN_CALL_MEMORY_MB)),
             str(_cpu_limit(timeout)),
-            str(os.getpid()),
+            "0",  # the parent pid: the zygote puts its own
         ]
-        code, stdout, stderr, timed_out = _run(argv, lab_dir, child_env(), timeout, tmp)
+        code, stdout, stderr, timed_out = _run("call", argv, lab_dir, child_env(), timeout, tmp)
         value: Any = None
         error: AttendeeError | None
         if timed_out:
@@ -341,19 +349,9 @@ def run_script(
         raise ValueError("run_script needs a command")
     if command[0] in ("python", "python3"):
         command[0] = sys.executable
-    wrapper = [
-        sys.executable,
-        "-P",
-        "-c",
-        _CHILD_SOURCE,
-        "exec",
-        str(_memory_limit(memory_mb)),
-        str(_cpu_limit(timeout)),
-        str(os.getpid()),
-        *command,
-    ]
+    wrapper = [str(_memory_limit(memory_mb)), str(_cpu_limit(timeout)), "0", *command]
     with tempfile.TemporaryDirectory(prefix="labkit-run-") as tmp:
-        code, stdout, stderr, timed_out = _run(wrapper, os.getcwd(), child_env(env), timeout, tmp)
+        code, stdout, stderr, timed_out = _run("exec", wrapper, os.getcwd(), child_env(env), timeout, tmp)
     return ScriptResult(code, stdout, stderr, timed_out)
 
 
