@@ -290,6 +290,11 @@ class Seat:
     verdict_s: float | None = None  # from the moment all pressed to that answer
     cpu_s: float | None = None  # the run's cpu_s, when the server reports it
     failure: str = ""
+    t0: float = field(default_factory=time.monotonic)
+    marks: dict[str, float] = field(default_factory=dict)  # preparation phase -> seconds after t0
+
+    def mark(self, phase: str) -> None:
+        self.marks[phase] = time.monotonic() - self.t0
 
 
 @dataclass
@@ -323,6 +328,11 @@ class Room:
             "positions_p50": pct(told, 50) if told else None,
             "earlier_presses": dict(Counter(v for s in self.seats for v in s.before)),
             "cpu_s_median": statistics.median(c) if (c := [s.cpu_s for s in self.seats if s.cpu_s]) else None,
+            "preparation_p50_s": {
+                phase: statistics.median(ts)
+                for phase in (self.seats[0].marks if self.seats else {})
+                if (ts := [s.marks[phase] for s in self.seats if phase in s.marks])
+            },
         }
 
 
@@ -348,12 +358,14 @@ async def attendee(
         stream: asyncio.Future[None] | None = None
         try:
             token, _id = await join_as(client, CODE, seat.name)
+            seat.mark("joined")
             stream = asyncio.ensure_future(follow(client, seat))
             page = await client.get(f"/labs/{lab.id}", cookies={"labserver_token": token})
             if page.status_code != 200:
                 raise Refused(f"lab page HTTP {page.status_code}")
             async with await open_terminal(base, lab.id, token) as ws:
                 await echo(ws)  # the environment is ready: its shell answers
+                seat.mark("shell answers")
                 for path in sorted(lab.solution.rglob("*")):
                     if path.is_file() and "__pycache__" not in path.parts:
                         rel = path.relative_to(lab.solution).as_posix()
@@ -362,6 +374,7 @@ async def attendee(
                         )
                         if saved.status_code != 200:
                             raise Refused(f"save HTTP {saved.status_code}")
+                seat.mark("solution saved")
                 for step in steps:
                     if step.spec.solve:
                         code = await echo(ws, before=step.spec.solve, timeout_s=max(step.spec.timeout_s, 300))
@@ -372,6 +385,7 @@ async def attendee(
                         seat.before.append(
                             str(run.json().get("status")) if run.status_code == 200 else "HTTP"
                         )
+                    seat.mark(f"{step.id} solved" + ("" if step is heavy or cold else " and checked"))
             ready()
             await go.wait()
             seat.pressing = True
@@ -440,6 +454,8 @@ def print_room(room: Room) -> None:
         f"  queue: {f['told_a_position']} told a position, deepest {f['deepest_position']}, "
         f"p50 of each one's deepest {_s(f['positions_p50'])}; earlier steps' presses {f['earlier_presses'] or '-'}"
     )
+    prep = ", ".join(f"{phase} {t:.0f} s" for phase, t in f["preparation_p50_s"].items())
+    print(f"  preparation (p50, seconds after the join POST): {prep}")
 
 
 def room_env(args: argparse.Namespace, data: Path) -> dict[str, str]:
