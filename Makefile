@@ -37,14 +37,14 @@ typecheck: setup
 
 # SQLite here (the PostgreSQL pass below runs the database-facing tests again)
 unit: setup web
-	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e --ignore=tests/labs \
+	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e --ignore=tests/labs --ignore=tests/bench \
 	    --ignore=tests/backends/docker/test_labs_on_docker.py
 
-# every lab's lint and self-test with its mutants, the labs' own tests, and every lab on Docker,
-# on both cores
+# every lab's lint and self-test with its mutants, the labs' own tests, every lab on Docker, and
+# bench/checks.py on one lab, on both cores
 labs: setup web
 	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=12 \
-	    tests/labs tests/backends/docker/test_labs_on_docker.py
+	    tests/labs tests/bench tests/backends/docker/test_labs_on_docker.py
 
 # browser tests run in their own pytest process (Playwright's sync API and async tests clash)
 e2e: setup web

@@ -12,8 +12,11 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -64,6 +67,23 @@ def wait_healthy(
                 return
         time.sleep(0.2)
     raise SystemExit(f"the server did not answer /healthz within {timeout_s:.0f} s")
+
+
+def serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``labserver serve`` on a free port with this process's environment plus ``env`` (the
+    ``LABSERVER_*`` settings of the run), its output in ``log``; returns once ``/healthz`` answers."""
+    port = free_port()
+    exe = shutil.which("labserver", path=str(Path(sys.executable).parent)) or "labserver"
+    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [exe, "serve", "--port", str(port)],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(proc, base, log=str(log))
+    return proc, base
 
 
 def stop_server(
@@ -200,14 +220,17 @@ async def open_terminal(base: str, lab: str, token: str, *, timeout_s: float = 3
     )
 
 
-async def echo(ws: Any, *, timeout_s: float = 300.0, on_first_output: Any = None) -> None:
-    """Type ``echo <marker>-$((6*7))`` and wait for ``<marker>-42`` (the shell ran it); raises
-    TimeoutError when it does not come."""
+async def echo(ws: Any, *, timeout_s: float = 300.0, on_first_output: Any = None, before: str = "") -> int:
+    """Type ``echo <marker>-$((6*7))-$?`` and wait for ``<marker>-42-<status>`` (the shell ran it);
+    with ``before``, that command line is typed first, on the same line (``before; echo ...``), and
+    its exit status is returned (0 without one). Raises TimeoutError when the marker does not come."""
     marker = f"bench-{uuid.uuid4().hex[:6]}"
-    await ws.send(f"echo {marker}-$((6*7))\r".encode())
+    line = f"echo {marker}-$((6*7))-$?"
+    await ws.send(f"{before}; {line}\r".encode() if before else f"{line}\r".encode())
+    done = re.compile(rf"{marker}-42-(\d+)".encode())
     seen = b""
     deadline = time.monotonic() + timeout_s
-    while f"{marker}-42".encode() not in seen:
+    while (found := done.search(seen)) is None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("echo")
@@ -216,3 +239,4 @@ async def echo(ws: Any, *, timeout_s: float = 300.0, on_first_output: Any = None
             if not seen and on_first_output is not None:
                 on_first_output()
             seen = (seen + msg)[-4096:]
+    return int(found.group(1)) if before else 0

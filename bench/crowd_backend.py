@@ -21,12 +21,14 @@ event is opened as ``labserver serve`` does)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import docker
 from fastapi import FastAPI
 from sqlmodel import Session
 
@@ -197,6 +199,24 @@ async def docker_capacity(settings: Settings) -> tuple[int, str]:
         for n in nodes
     )
     return len(usage.envs), f"{how}, for environments of {limits.cpus:g} CPUs and {limits.memory_mb} MiB"
+
+
+def docker_shortfall(settings: Settings, want: int) -> str:
+    """Why ``want`` Docker environments of the default event cannot be had on this machine's
+    engine ("" when they can): no engine, no image, or more than the scheduler places (beyond it the
+    scheduler answers no-room, and those starts would wait for room, holding the start slots, for
+    the whole run, as on a full Docker-only server)."""
+    image = settings.docker.image
+    try:
+        docker.from_env(timeout=10).images.get(image)
+    except docker.errors.ImageNotFound:
+        return f"the image {image} is missing; build it (labserver images build)"
+    except docker.errors.DockerException as exc:
+        return f"no Docker engine answers ({exc}); start dockerd (as .ci/run does)"
+    room, how = asyncio.run(docker_capacity(settings))
+    if want > room:
+        return f"this machine's Docker engine holds {room} environments of the event ({how}); ask for {room} or fewer"
+    return ""
 
 
 async def remove_docker_environments(settings: Settings) -> int:

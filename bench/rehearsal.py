@@ -520,34 +520,13 @@ def docker_preflight(args: argparse.Namespace) -> None:
     """Exit with what to do when ``--docker`` environments are asked and cannot be had."""
     if not args.docker:
         return
-    import docker
+    from crowd_backend import docker_shortfall
 
     from labserver.config import Settings
 
-    settings = Settings(labs_dir=REPO / "labs")
-    image = settings.docker.image
-    try:
-        client = docker.from_env(timeout=10)
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        sys.exit(
-            f"--docker {args.docker}: the image {image} is missing; "
-            "build it (labserver images build) or pass --docker 0"
-        )
-    except docker.errors.DockerException as exc:
-        sys.exit(
-            f"--docker {args.docker}: no Docker engine answers ({exc}); start dockerd or pass --docker 0"
-        )
-    from crowd_backend import docker_capacity
-
-    room, how = asyncio.run(docker_capacity(settings))
-    if args.docker > room:
-        # beyond it the scheduler answers no-room, and those starts would wait for room (holding
-        # the start slots) for the whole rehearsal, as on a full Docker-only server
-        sys.exit(
-            f"--docker {args.docker}: this machine's Docker engine holds {room} environments of the "
-            f"rehearsal's event ({how}); pass --docker {room} or fewer"
-        )
+    why = docker_shortfall(Settings(labs_dir=REPO / "labs"), args.docker)
+    if why:
+        sys.exit(f"--docker {args.docker}: {why} (or pass --docker 0)")
 
 
 def remove_docker(args: argparse.Namespace) -> None:

@@ -23,10 +23,8 @@ import argparse
 import asyncio
 import collections
 import os
-import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -38,13 +36,12 @@ import websockets.exceptions
 from clients import (
     Refused,
     echo,
-    free_port,
     join,
     open_terminal,
     pct,
     read_metrics,
+    serve,
     sse_events,
-    wait_healthy,
 )
 
 TOKEN = "room-bench-instructor"
@@ -164,28 +161,17 @@ def pool_waits(base: str) -> str:
 
 
 def start_server(args: argparse.Namespace, data: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = dict(os.environ)
-    env.update(
-        {
-            "LABSERVER_DATA_DIR": str(data),
-            "LABSERVER_BACKEND": args.backend,
-            "LABSERVER_INSTRUCTOR_TOKEN": TOKEN,
-            "LABSERVER_DEFAULT_EVENT_CODE": CODE,
-            "LABSERVER_DOCKER__NAME_PREFIX": PREFIX,
-            "LABSERVER_DOCKER__CPUS": str(args.cpus),
-            "LABSERVER_DOCKER__MEMORY_MB": str(args.memory_mb),
-            "LABSERVER_DOCKER__WARM_POOL": str(args.warm),
-        }
-    )
-    log = open(data.parent / "server.log", "wb")  # noqa: SIM115 (kept open for the server's life)
-    exe = shutil.which("labserver", path=str(Path(sys.executable).parent)) or "labserver"
-    proc = subprocess.Popen(
-        [exe, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_healthy(proc, base, log=str(data.parent / "server.log"))
-    return proc, base
+    env = {
+        "LABSERVER_DATA_DIR": str(data),
+        "LABSERVER_BACKEND": args.backend,
+        "LABSERVER_INSTRUCTOR_TOKEN": TOKEN,
+        "LABSERVER_DEFAULT_EVENT_CODE": CODE,
+        "LABSERVER_DOCKER__NAME_PREFIX": PREFIX,
+        "LABSERVER_DOCKER__CPUS": str(args.cpus),
+        "LABSERVER_DOCKER__MEMORY_MB": str(args.memory_mb),
+        "LABSERVER_DOCKER__WARM_POOL": str(args.warm),
+    }
+    return serve(env, data.parent / "server.log")
 
 
 def remove_containers() -> None:

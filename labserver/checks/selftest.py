@@ -132,8 +132,9 @@ async def _check(
     return interpret(raw, step.spec.timeout_s), raw.log.decode("utf-8", "replace"), time.monotonic() - t0
 
 
-async def _solve(backend: Backend, ref: EnvRef, lab: Lab, step: Step) -> Verdict | None:
-    """Run the step's ``solve`` command; a verdict (error) when it fails."""
+async def solve_step(backend: Backend, ref: EnvRef, lab: Lab, step: Step) -> Verdict | None:
+    """Run the step's ``solve`` command (none: nothing to do); a verdict (error) when it fails, else
+    None. Called after the solution is overlaid, before the step's check (bench/checks.py too)."""
     if not step.spec.solve:
         return None
     failure = await _bash(backend, ref, lab, step.spec.solve, timeout=max(step.spec.timeout_s, 300))
@@ -145,7 +146,7 @@ async def solution_step(
 ) -> tuple[Verdict, str, float]:
     """With the solution overlaid: the step's ``solve`` command, then its check; (verdict, log, the
     check's wall time). A failing ``solve`` is the verdict (error), with no check run."""
-    failed_solve = await _solve(backend, ref, lab, step)
+    failed_solve = await solve_step(backend, ref, lab, step)
     if failed_solve is not None:
         return failed_solve, "", 0.0
     return await _check(backend, ref, lab, step, settings)
@@ -215,7 +216,7 @@ async def _run_mutants(
         lang = "zh" if i % 2 else "en"  # every lab's mutants are judged in both languages
         await _sh(backend, ref, lab, RESTORE)
         await _apply_mutant(backend, ref, lab, mutant)
-        failed_solve = await _solve(backend, ref, lab, step)
+        failed_solve = await solve_step(backend, ref, lab, step)
         if failed_solve is not None:
             # the mutant broke the step's script: that is caught, provided it says so
             verdict, log, seconds = Verdict(CheckStatus.failed, failed_solve.message), "", 0.0
@@ -235,6 +236,20 @@ async def _run_mutants(
             )
         )
     await _sh(backend, ref, lab, f"{RESTORE} && rm -f {SNAPSHOT}")
+
+
+def throwaway_spec(lab: Lab, settings: Settings, env_id: str = "") -> EnvSpec:
+    """The environment the self-test (and bench/checks.py) runs ``lab`` in: the lab's starter
+    only, the CPUs and memory the lab requires, owned by no event or attendee."""
+    return EnvSpec(
+        env_id=env_id or f"selftest-{lab.id}",
+        event_id=0,
+        attendee_id=0,
+        labs=(LabSeed(lab.id, lab.starter),),
+        image=settings.docker.image,
+        cpus=lab.spec.requires.cpus,
+        memory_mb=lab.spec.requires.memory_mb,
+    )
 
 
 async def run_selftest(
@@ -261,17 +276,7 @@ async def run_selftest(
             backend = make_backend(
                 base.model_copy(update={"data_dir": tmp, "labs_dir": lab.path.parent}), "local"
             )
-        ref = await backend.create(
-            EnvSpec(
-                env_id=f"selftest-{lab.id}",
-                event_id=0,
-                attendee_id=0,
-                labs=(LabSeed(lab.id, lab.starter),),
-                image=base.docker.image,
-                cpus=lab.spec.requires.cpus,
-                memory_mb=lab.spec.requires.memory_mb,
-            )
-        )
+        ref = await backend.create(throwaway_spec(lab, base))
 
         def record(result: StepResult) -> None:
             report.results.append(result)

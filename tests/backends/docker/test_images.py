@@ -26,6 +26,17 @@ def test_cpu_emu_image_runs_as_lab_user_with_the_lab_stack(
     assert torch_version.startswith("2.13.0")
 
 
+def test_the_terminals_login_shell_finds_the_labs_python(
+    docker_client: docker.DockerClient, cpu_emu_image: str
+) -> None:
+    """The terminal runs `bash -l`; Debian's /etc/profile resets PATH for every user but root, so
+    `python warmup.py` typed by an attendee found no python (bench/checks.py's Docker room)."""
+    out = docker_client.containers.run(
+        cpu_emu_image, ["bash", "-lc", "command -v python"], remove=True, network_mode="none"
+    ).decode()
+    assert out.strip() == "/opt/venv/bin/python"
+
+
 def test_stable_tag_points_at_the_content_hash_tag(
     docker_client: docker.DockerClient, cpu_emu_image: str
 ) -> None:
