@@ -602,6 +602,8 @@ class LocalBackend:
     async def _run_check_zygote(
         self, zyg: Zygote, lab_dir: Path, checker: Path, env: dict[str, str], request: CheckRequest
     ) -> CheckRaw:
+        if request.meter is not None:  # base.CheckMeter: the check is what the runner forks next
+            await asyncio.to_thread(request.meter.attach, zyg.proc.pid, descendants_only=True)
         read_fd, write_fd = os.pipe()
         log_r, log_w = os.pipe()
         start = time.monotonic()
@@ -619,9 +621,7 @@ class LocalBackend:
         result_task = asyncio.ensure_future(drain(read_fd, RESULT_LIMIT))
         log_task = asyncio.ensure_future(drain(log_r, request.log_limit))
         meter, before_kill = request.meter, None
-        if meter is not None:  # base.CheckMeter: the check is what the runner forks for it
-            meter.attach(zyg.proc.pid, descendants_only=True)
-            # the runner kills a checker out of time itself: read what it used just before
+        if meter is not None:  # the runner kills a checker out of time itself: read it just before
             before_kill = asyncio.get_running_loop().call_later(
                 max(0.0, request.timeout_s - 0.25), meter.sample
             )

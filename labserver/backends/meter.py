@@ -130,7 +130,9 @@ class ProcessMeter:
             self._root = (pid, start)
             self._descendants_only = descendants_only
             self._sampled_at = self._clock()
-            # what the processes had used before (a fork server's own start and earlier checks)
+            if not descendants_only:
+                return  # a process just started: it has used nothing yet (and no /proc scan)
+            # what the runner's processes had used before (its own start and earlier checks)
             members = self._members(process_table(self._proc))
             self._cpu_base = sum(m.cpu_s for m in members)
             for m in members:
