@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/rehearsal.py [--attendees 300] [--join-s 60] [--checks-per-s 10]
         [--minutes 10] [--instructors 5] [--docker 8] [--local 40] [--check-slots N] [--lab getting-started] [--step write-file]
-        [--database-url postgresql://...] [--profile out.html]
+        [--database-url postgresql://...] [--profile server-profile.txt]
 
 N attendees join within T seconds; each, over the public interfaces only, joins (``POST
 /api/v1/join``), opens the lab page (``GET /labs/<lab>``) and its SSE stream, opens the terminal
@@ -28,9 +28,10 @@ stored on the run, -> the attendee's own stream, and -> every instructor stream'
 server RSS and CPU, database connections (PostgreSQL: ``pg_stat_activity`` of the server; SQLite:
 open descriptors of the database file), and over time: joined, checks in flight, the deepest check
 queue position told to attendees (``check.queued``), environment starts waiting for admission. Then
-the issue's goals beside the figures. ``--profile FILE`` runs the server under pyinstrument and
-writes its profile (HTML, text or speedscope JSON by the file's extension; the profiler keeps every
-sample in memory, so RSS is not comparable in a profiled run). Figures depend on the machine and on
+the issue's goals beside the figures. ``--profile FILE`` starts the server under py-spy (it samples
+from outside the process, every thread, 100 times a second), writes the collapsed stacks to ``FILE``
+and prints where the server's CPU went (``profile_summary.py``: event loop against worker threads,
+top functions by self and inclusive samples). Figures depend on the machine and on
 what else runs on it; nothing is asserted.
 """
 
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import profile_summary
 import websockets.exceptions
 from clients import (
     REPO,
@@ -72,6 +74,7 @@ from clients import (
 from crowd_backend import kind_of
 
 TOKEN = "rehearsal-instructor"
+PROFILE_RATE = 100  # py-spy samples per second (--profile)
 CODE = "REHEARSE"
 APP_NAME = "labserver-rehearsal"
 #: the file each attendee saves before a check, per (lab, step): (path in the lab folder, bytes)
@@ -123,6 +126,7 @@ class Figures:
     queued_max: int = 0
     joined: int = 0
     streams_ready: int = 0
+    server_counts: dict[str, float] = field(default_factory=dict)  # the server's /metrics at the end
 
 
 class Rehearsal:
@@ -337,6 +341,7 @@ class Rehearsal:
             await asyncio.sleep(0.2)
         await asyncio.sleep(2.0)  # their SSE events arrive
         wall = time.monotonic() - started
+        self.fig.server_counts = await asyncio.to_thread(read_metrics, self.base, TOKEN)
         self.stop.set()
         await sampler
         for task in list(self.tasks):
@@ -378,6 +383,26 @@ def latencies(fig: Figures) -> tuple[list[float], list[float]]:
         if finished is not None:
             ins.append(got - finished)
     return att, ins
+
+
+def live_counts(metrics: dict[str, float]) -> None:
+    """The server's live events per check that finished: what each check cost the room's streams."""
+    kinds = {
+        name.split('kind="', 1)[1].split('"', 1)[0]: n
+        for name, n in metrics.items()
+        if name.startswith("labserver_live_events_total{")
+    }
+    finished = kinds.get("check.finished", 0.0)
+    if not finished:
+        return
+    print(f"\n  live events per check finished ({finished:.0f} checks), as the server counted them")
+    for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        print(f"    {kind:<24} {n / finished:8.2f}")
+    for label, name in (
+        ("handed to streams", "labserver_live_deliveries_total"),
+        ("encoded as JSON", "labserver_live_encodes_total"),
+    ):
+        print(f"    {label:<24} {metrics.get(name, 0.0) / finished:8.2f}")
 
 
 def report(args: argparse.Namespace, fig: Figures, wall: float, backend_note: str) -> dict[str, float]:
@@ -427,6 +452,7 @@ def report(args: argparse.Namespace, fig: Figures, wall: float, backend_note: st
             f"{max(s.queued_max for s in chunk):20d} {max(s.env_queue for s in chunk):18.0f} "
             f"{last.rss_mb:7.0f} {statistics.mean(s.cpu_pct for s in chunk):6.0f} {max(s.db_conns for s in chunk):9d}"
         )
+    live_counts(fig.server_counts)
     joins = fig.routes.get("POST /api/v1/join", [])
     figures = {
         "errors": float(total),
@@ -496,19 +522,30 @@ def start_server(
     ]
     uvicorn += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
     uvicorn += ["--timeout-graceful-shutdown", "3", "--loop", args.loop]  # `labserver serve` runs asyncio
-    renderer = {".txt": "text", ".json": "speedscope"}.get(Path(args.profile or "").suffix, "html")
+    # py-spy starts the server and samples it from outside (no cost inside the process, every thread)
     profiler = (
-        ["-m", "pyinstrument", "-r", renderer, "-o", str(Path(args.profile).resolve())]
+        [str(Path(sys.executable).with_name("py-spy")), "record", "--rate", str(PROFILE_RATE)]
+        + ["--format", "raw", "--nonblocking", "-o", str(Path(args.profile).resolve()), "--", sys.executable]
         if args.profile
-        else []
+        else [sys.executable]
     )
     log = open(root / "server.log", "wb")  # noqa: SIM115 (kept open for the server's life)
-    proc = subprocess.Popen(
-        [sys.executable, *profiler, *uvicorn], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT
-    )
+    proc = subprocess.Popen([*profiler, *uvicorn], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     wait_healthy(proc, base, log=str(root / "server.log"))
     return proc, base
+
+
+def profiled_pid(proc: subprocess.Popen[bytes]) -> int:
+    """The server's pid under ``py-spy record -- python ...`` (py-spy's child), for its RSS and CPU."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            if children:
+                return int(children[0])
+        time.sleep(0.1)
+    sys.exit("--profile: py-spy started no server")
 
 
 def docker_prefix() -> str:
@@ -591,7 +628,7 @@ def main() -> None:
     ap.add_argument("--database-url", help="PostgreSQL server to make a fresh database on (default SQLite)")
     ap.add_argument(
         "--profile",
-        help="write a pyinstrument profile of the server to this file (.html, .txt or .json: speedscope)",
+        help="sample the server with py-spy into this file (collapsed stacks) and print where its CPU went",
     )
     args = ap.parse_args()
     docker_preflight(args)
@@ -603,7 +640,8 @@ def main() -> None:
         db_url, db_name = make_pg_database(args.database_url)
     try:
         proc, base = start_server(args, root, db_url)
-        stat = ProcStat(proc.pid)
+        server_pid = profiled_pid(proc) if args.profile else proc.pid
+        stat = ProcStat(server_pid)
         event_id = event_id_of(base)
         docker = min(args.docker, args.attendees)
         local = min(args.local, args.attendees - docker)
@@ -620,9 +658,15 @@ def main() -> None:
         wall = asyncio.run(rehearsal.run(stat, rehearsal_db))
         report(args, rehearsal.fig, wall, note)
     finally:
-        stop_server(proc, signal_first=signal.SIGINT if args.profile else signal.SIGTERM, wait_s=120)
-        if args.profile:
-            print(f"\n  profile: {args.profile}")
+        if args.profile and proc is not None:  # the server ends; py-spy then writes its file and exits
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server_pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(120)
+        stop_server(proc)
+        if args.profile and Path(args.profile).exists():
+            print()
+            print(profile_summary.summarize(Path(args.profile), rate=PROFILE_RATE))
         if db_url:
             drop_pg_database(args.database_url, db_name)
         remove_docker(args)
