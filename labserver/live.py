@@ -243,6 +243,11 @@ class LiveHub:
             self.encoded += 1
         return ev.sse()
 
+    def watched(self, event_id: int) -> bool:
+        """Whether a stream of the whole event (a dashboard) is open now; safe from any thread (a
+        publisher in a worker thread asks before it reads what only a dashboard shows)."""
+        return bool(self._index.get((event_id, None)))
+
     @property
     def subscribers(self) -> int:
         return len(self._subs)

@@ -68,7 +68,7 @@ def prefetch(ctx: AppContext, event: Event) -> Callable[[LiveEvent], None]:
     queued (once for all dashboards), not when the stream gets to it behind the events before."""
 
     def start(ev: LiveEvent) -> None:
-        if ev.kind in CELL_KINDS and ev.attendee_id is not None:
+        if ev.kind in CELL_KINDS and ev.attendee_id is not None and "grid" not in ev.data:
             ctx.live.start_once(ev, functools.partial(cell_sse, ctx, event, ev))
 
     return start
@@ -104,6 +104,8 @@ async def grid_event(ctx: AppContext, event: Event, ev: LiveEvent) -> dict[str, 
     """The grid's SSE dict for ``ev`` (None: the grid does not show it), built and encoded once per
     live event for every dashboard of ``event`` (the dict is shared: never change it)."""
     if ev.kind in CELL_KINDS and ev.attendee_id is not None:
+        if "grid" in ev.data:  # read where it was committed (services/grid_deltas.py): encode only
+            return ctx.live.memo(ev, "grid", lambda: grid_sse("cell", ev.data["grid"], ev))
         out: dict[str, str] | None = await ctx.live.once(ev, functools.partial(cell_sse, ctx, event, ev))
         return out
 

@@ -20,7 +20,7 @@ from labserver import clock
 from labserver.live import Kind, Subscription
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
-from labserver.services import checking
+from labserver.services import checking, grid_deltas
 from labserver.services.events import join
 from labserver.services.queue_places import bands_up_to
 from tests.conftest import EVENT_CODE
@@ -134,7 +134,7 @@ def test_one_admission_with_300_waiting_tells_a_band_edge_each_not_the_room(
     assert computed == 0  # dashboards take no queue places: nothing read, nothing sent to them
 
 
-def test_a_result_with_300_waiting_is_read_and_encoded_once_for_every_dashboard(
+def test_a_result_with_300_waiting_is_read_once_where_committed_and_encoded_once_for_every_dashboard(
     app: FastAPI, event: Event, room: list[Attendee], queries: list[str]
 ) -> None:
     ctx = app.state.ctx
@@ -152,7 +152,7 @@ def test_a_result_with_300_waiting_is_read_and_encoded_once_for_every_dashboard(
         session.commit()
         session.refresh(run)
 
-    async def result(dashboards: int) -> tuple[tuple[int, ...], int, list[Any]]:
+    async def result(dashboards: int, *, carried: bool) -> tuple[tuple[int, ...], int, int, list[Any]]:
         subs = [ctx.live.subscribe(event.id or 0, a.id) for a in room]
         grids = [
             ctx.live.subscribe(event.id or 0, kinds=GRID_KINDS, on_queued=prefetch(ctx, event))
@@ -161,7 +161,15 @@ def test_a_result_with_300_waiting_is_read_and_encoded_once_for_every_dashboard(
         tasks, gates = await _queue_up(app, event, room[:-1])  # everyone else waits for a slot
         await _render(app, event, subs, grids)
         before, queries_before = _counts(app), len(queries)
-        checking.publish_finished(ctx, run, ada)
+        grid = None
+        if carried:  # as services/checking stores a verdict: the cell read after the commit
+            with Session(ctx.engine, expire_on_commit=False) as session:
+                grid = grid_deltas.cell_after_commit(
+                    ctx, session, event, attendee_id=ada.id or 0, lab=LAB, step=STEP, run=run
+                )
+            assert grid is not None and grid["run"] == run.id and grid["cell"][2] == "p"
+        committed_queries = len(queries) - queries_before
+        checking.publish_finished(ctx, run, ada, **({"grid": grid} if grid else {}))
         ctx.live.publish(Kind.check_started, event.id or 0, ada.id, run_id=run.id, lab=LAB, step=STEP)
         sent = await _render(app, event, subs, grids)
         cost = tuple(b - a for a, b in zip(before, _counts(app), strict=True))
@@ -170,17 +178,46 @@ def test_a_result_with_300_waiting_is_read_and_encoded_once_for_every_dashboard(
         await asyncio.gather(*tasks)
         for sub in [*subs, *grids]:
             sub.close()
-        return cost, len(queries) - queries_before, sent
+        return cost, committed_queries, len(queries) - queries_before - committed_queries, sent
 
-    one, one_queries, _ = asyncio.run(result(1))
-    five, five_queries, sent = asyncio.run(result(DASHBOARDS))
+    one, one_read, one_streams, _ = asyncio.run(result(1, carried=True))
+    five, five_read, five_streams, sent = asyncio.run(result(DASHBOARDS, carried=True))
     published, delivered, encoded, computed = five
     # two events, each to Ada's page and to every dashboard; nothing to the 300 who wait
     assert published == 2 and delivered == 2 * (1 + DASHBOARDS)
-    # encoded once per event for Ada's page, once per event for all the dashboards (the cell in the
-    # read's worker thread, counted in ``computed``: one database read for all of them)
-    assert encoded == 2 + 1 and computed == 1
-    assert five_queries == one_queries > 0  # the cell's queries, however many dashboards
+    # each event encoded once for Ada's page and once for all the dashboards; the cell was read
+    # where the verdict was committed, so the dashboards read nothing
+    assert encoded == 2 + 2 and computed == 0 and five_streams == one_streams == 0
+    assert five_read == one_read > 0
     cells = [s for s in sent if isinstance(s, dict) and s.get("event") == "cell"]
     assert len(cells) == DASHBOARDS and all(c is cells[0] for c in cells)  # one dict, sent five times
-    assert one[2] == encoded and one[3] == computed
+    assert one[2:] == five[2:]  # one dashboard or five: the same encodes, the same reads
+    # an event without the cell (published before a dashboard opened): one read for all dashboards
+    (_, _, encoded, computed), _, streams_read, sent = asyncio.run(result(DASHBOARDS, carried=False))
+    assert computed == 1 and streams_read == five_read + 1 and encoded == 2 + 1  # + the run's row
+    cells = [s for s in sent if isinstance(s, dict) and s.get("event") == "cell"]
+    assert len(cells) == DASHBOARDS and all(c is cells[0] for c in cells)
+
+
+def test_without_a_dashboard_no_cell_is_read(
+    app: FastAPI, event: Event, room: list[Attendee], queries: list[str]
+) -> None:
+    ctx = app.state.ctx
+    ada = room[0]
+    with Session(ctx.engine, expire_on_commit=False) as session:
+        before = len(queries)
+        assert (
+            grid_deltas.cell_after_commit(ctx, session, event, attendee_id=ada.id or 0, lab=LAB, step=STEP)
+            is None
+        )
+        assert len(queries) == before
+        page = ctx.live.subscribe(event.id or 0, ada.id)  # an attendee's page is no dashboard
+        assert (
+            grid_deltas.cell_after_commit(ctx, session, event, attendee_id=ada.id or 0, lab=LAB, step=STEP)
+            is None
+        )
+        dashboard = ctx.live.subscribe(event.id or 0, kinds=GRID_KINDS)
+        grid = grid_deltas.cell_after_commit(ctx, session, event, attendee_id=ada.id or 0, lab=LAB, step=STEP)
+        assert grid is not None and grid["cell"][2] == "n" and len(queries) > before
+        page.close()
+        dashboard.close()
