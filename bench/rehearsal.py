@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/rehearsal.py [--attendees 300] [--join-s 60] [--checks-per-s 10]
         [--minutes 10] [--instructors 5] [--docker 8] [--local 40] [--check-slots N] [--lab getting-started] [--step write-file]
-        [--database-url postgresql://...] [--profile server-profile.txt]
+        [--database-url postgresql://...] [--profile server-profile.txt] [--check-cpu-s 1.0]
 
 N attendees join within T seconds; each, over the public interfaces only, joins (``POST
 /api/v1/join``), opens the lab page (``GET /labs/<lab>``) and its SSE stream, opens the terminal
@@ -20,7 +20,10 @@ Docker backend on this machine's engine and the ``labserver/cpu-emu`` image), th
 real local environments (bubblewrap sandbox, cgroup or rlimit limits), the rest light ones (the
 same folders, shells and checker processes, without the sandbox). Every check runs the lab's real
 checker in a process of its own. The Docker environments get a name prefix of the run's own and
-are removed after it. With ``--database-url`` (PostgreSQL) a fresh database is made for
+are removed after it. ``--check-cpu-s S`` makes the checked step's checker burn S CPU-seconds first
+(in a copy of the labs folder in the run's own folder): at 10 checks a second of 1 CPU-s on 2
+cores the checks outrun the machine, a queue forms, and the figures show whether the grid, the
+joins and the pages stay on time while it does. With ``--database-url`` (PostgreSQL) a fresh database is made for
 the run and dropped after it; else SQLite.
 
 Printed: per-route p50/p95/p99 and counts, errors by kind, SSE delivery latency (check finished, as
@@ -38,11 +41,13 @@ what else runs on it; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import collections
 import contextlib
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -489,8 +494,38 @@ def drop_pg_database(url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+#: put before a checker's own code by ``--check-cpu-s``: the check first burns that much CPU time
+BURN = (
+    "import time as _rehearsal_time\n"
+    "_rehearsal_end = _rehearsal_time.process_time() + {cpu_s!r}\n"
+    "while _rehearsal_time.process_time() < _rehearsal_end:\n"
+    "    pass\n"
+)
+
+
+def costly_labs(args: argparse.Namespace, root: Path) -> Path:
+    """A copy of the labs folder in the run's own folder whose ``--lab``/``--step`` checker first
+    burns ``--check-cpu-s`` CPU-seconds (after its docstring and ``__future__`` imports): a room whose
+    checks cost what the machine cannot do at ``--checks-per-s``."""
+    from labserver.content.loader import LabCatalog
+
+    labs = root / "labs"
+    shutil.copytree(REPO / "labs", labs, ignore=shutil.ignore_patterns("__pycache__"))
+    step = next(s for s in LabCatalog(labs).labs[args.lab].steps if s.id == args.step)
+    lines = step.checker.read_text().splitlines(keepends=True)
+    at = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
+    if not at:  # after the module docstring, if any
+        text = "".join(lines)
+        tree = ast.parse(text)
+        doc = tree.body[0] if tree.body and isinstance(tree.body[0], ast.Expr) else None
+        at = (doc.end_lineno or 0) if doc is not None and isinstance(doc.value, ast.Constant) else 0
+    lines.insert(at, BURN.format(cpu_s=args.check_cpu_s))
+    step.checker.write_text("".join(lines))
+    return labs
+
+
 def start_server(
-    args: argparse.Namespace, root: Path, db_url: str | None
+    args: argparse.Namespace, root: Path, db_url: str | None, labs_dir: Path
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = dict(os.environ)
@@ -501,7 +536,7 @@ def start_server(
             "LABSERVER_INSTRUCTOR_TOKEN": TOKEN,
             "LABSERVER_DEFAULT_EVENT_CODE": CODE,
             "LABSERVER_WEB_DIR": str(REPO / "web"),
-            "LABSERVER_LABS_DIR": str(REPO / "labs"),
+            "LABSERVER_LABS_DIR": str(labs_dir),
             "REHEARSAL_LOCAL": str(args.local),
             "REHEARSAL_DOCKER": str(args.docker),
             "LABSERVER_DOCKER__NAME_PREFIX": docker_prefix(),
@@ -623,6 +658,13 @@ def main() -> None:
     ap.add_argument(
         "--loop", choices=["asyncio", "uvloop"], default="asyncio", help="the server's event loop"
     )
+    ap.add_argument(
+        "--check-cpu-s",
+        type=float,
+        default=0.0,
+        help="the checked step's checker first burns this much CPU (a copy of the labs; e.g. 1.0: "
+        "checks the machine cannot keep up with, so a queue forms)",
+    )
     ap.add_argument("--lab", default="getting-started")
     ap.add_argument("--step", default="write-file")
     ap.add_argument("--database-url", help="PostgreSQL server to make a fresh database on (default SQLite)")
@@ -639,7 +681,8 @@ def main() -> None:
     if args.database_url:
         db_url, db_name = make_pg_database(args.database_url)
     try:
-        proc, base = start_server(args, root, db_url)
+        labs_dir = costly_labs(args, root) if args.check_cpu_s else REPO / "labs"
+        proc, base = start_server(args, root, db_url, labs_dir)
         server_pid = profiled_pid(proc) if args.profile else proc.pid
         stat = ProcStat(server_pid)
         event_id = event_id_of(base)
@@ -651,6 +694,7 @@ def main() -> None:
             f"{args.attendees - docker - local} light environments, "
             f"database {'PostgreSQL' if db_url else 'SQLite'}, check slots {args.check_slots or 'default (4)'}, "
             f"{args.loop} loop"
+            + (f", the checked step burns {args.check_cpu_s:g} CPU-s first" if args.check_cpu_s else "")
         )
         print(f"# {note}; server {base} (log {root / 'server.log'})", flush=True)
         rehearsal_db = DbCounter(stat, f"{args.database_url.rpartition('/')[0]}/postgres" if db_url else None)
