@@ -6,8 +6,9 @@
 py-spy samples every thread that is not idle (running Python, or in C code that holds or waits for
 the GIL), ``rate`` times a second; a sample is about 1/rate CPU-seconds. Printed: the samples of the
 event loop's thread against the worker threads; the functions the most samples were in at the top of
-the stack (*self*); and, for the server's own code and the libraries a room's traffic goes through,
-the functions the most samples passed through (*inclusive*: a function counted once per stack)."""
+the stack (*self*); and, for the server's own code (middleware left out: every request passes it)
+and SSE sending, the functions the most samples passed through (*inclusive*: a function counted once
+per stack)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pathlib import Path
 
 FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 #: where a frame's file lives decides whether it is shown in the inclusive table
-SHOWN = ("labserver/", "sse_starlette/", "starlette/", "fastapi/", "sqlalchemy/", "uvicorn/", "json/")
+SHOWN = ("labserver/", "sse_starlette/")
+#: frames every request passes through (middleware): they would fill the inclusive table
+WRAPPERS = ("Middleware.__call__", "RequestObserver.__call__", "tracking_send", "observed (")
 
 
 def split(stack: str) -> list[str]:
@@ -57,7 +60,7 @@ def summarize(path: Path, *, top: int = 25, rate: int = 100) -> str:
         threads[thread_of(frames)] += n
         self_of[frames[-1]] += n
         for fn in set(frames):
-            if any(s in fn for s in SHOWN):
+            if any(s in fn for s in SHOWN) and not any(w in fn for w in WRAPPERS):
                 incl[fn] += n
     if not total:
         return f"  profile {path}: no samples"
@@ -70,7 +73,7 @@ def summarize(path: Path, *, top: int = 25, rate: int = 100) -> str:
     lines += [f"  {name:<20} {share(n)}" for name, n in threads.most_common()]
     lines += ["", "  self (top of the stack)                                          CPU-s  share"]
     lines += [f"  {fn[:62]:<62} {share(n)}" for fn, n in self_of.most_common(top)]
-    lines += ["", "  inclusive (the server's code and its web stack)                  CPU-s  share"]
+    lines += ["", "  inclusive (the server's own code, and SSE sending)                CPU-s  share"]
     lines += [f"  {fn[:62]:<62} {share(n)}" for fn, n in incl.most_common(top)]
     return "\n".join(lines)
 

@@ -207,6 +207,7 @@ class LocalBackend:
             settings.local.limits, parent=settings.local.cgroup_parent, instance=instance
         )
         self._uid_lock = threading.Lock()
+        self._uids_used: set[int] | None = None  # read once by _allocate_uid, then kept
         self.isolation = self._measure()
         if self.isolation.complete:
             log.info("local backend isolation: %s", self.isolation.describe())
@@ -338,13 +339,19 @@ class LocalBackend:
         (folder / "hosts").write_text("127.0.0.1\tlocalhost lab\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 
     def _allocate_uid(self) -> int:
-        """The lowest uid of the range that no environment and no account of this machine has."""
-        used = set()
-        if self.state_dir.is_dir():
-            for child in self.state_dir.iterdir():
-                state = self._read_state(child.name)
-                if state is not None:
-                    used.add(state.uid)
+        """The lowest uid of the range that no environment and no account of this machine has
+        (call with ``_uid_lock`` held). The environments' uids are read from their records once,
+        then kept (this server alone writes them; :meth:`destroy` gives a uid back): reading every
+        record at each new environment made a room's joins O(n) each, under the lock every file
+        operation and check of the room takes (the load rehearsal, issue 30)."""
+        if self._uids_used is None:
+            self._uids_used = set()
+            if self.state_dir.is_dir():
+                for child in self.state_dir.iterdir():
+                    state = self._read_state(child.name)
+                    if state is not None:
+                        self._uids_used.add(state.uid)
+        used = self._uids_used
         base = self.settings.local.uid_base
         for uid in range(base, base + self.settings.local.uid_count):
             if uid in used:
@@ -352,6 +359,7 @@ class LocalBackend:
             try:
                 pwd.getpwuid(uid)
             except KeyError:
+                used.add(uid)
                 return uid
         raise ProvisionError(
             "The server has no free user id for a new environment. Ask the instructor.",
@@ -524,7 +532,15 @@ class LocalBackend:
             await asyncio.to_thread(self.limiter.destroy, group)
         if ws.is_dir():
             await asyncio.to_thread(shutil.rmtree, ws, True)  # fd-based: never follows a symlink
-        await asyncio.to_thread(shutil.rmtree, self.state_dir / ws.name, True)
+        await asyncio.to_thread(self._forget_state, ws.name)
+
+    def _forget_state(self, name: str) -> None:
+        """Remove an environment's record and give its uid back (``_allocate_uid``)."""
+        with self._uid_lock:
+            state = self._read_state(name)
+            shutil.rmtree(self.state_dir / name, True)
+            if state is not None and self._uids_used is not None:
+                self._uids_used.discard(state.uid)
 
     async def discover(self) -> list[EnvRef]:
         refs = []
