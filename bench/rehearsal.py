@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/rehearsal.py [--attendees 300] [--join-s 60] [--checks-per-s 10]
         [--minutes 10] [--instructors 5] [--docker 8] [--local 40] [--check-slots N] [--lab getting-started] [--step write-file]
-        [--database-url postgresql://...] [--profile out.html]
+        [--database-url postgresql://...] [--profile server-profile.txt] [--check-cpu-s 1.0]
 
 N attendees join within T seconds; each, over the public interfaces only, joins (``POST
 /api/v1/join``), opens the lab page (``GET /labs/<lab>``) and its SSE stream, opens the terminal
@@ -20,7 +20,10 @@ Docker backend on this machine's engine and the ``labserver/cpu-emu`` image), th
 real local environments (bubblewrap sandbox, cgroup or rlimit limits), the rest light ones (the
 same folders, shells and checker processes, without the sandbox). Every check runs the lab's real
 checker in a process of its own. The Docker environments get a name prefix of the run's own and
-are removed after it. With ``--database-url`` (PostgreSQL) a fresh database is made for
+are removed after it. ``--check-cpu-s S`` makes the checked step's checker burn S CPU-seconds first
+(in a copy of the labs folder in the run's own folder): at 10 checks a second of 1 CPU-s on 2
+cores the checks outrun the machine, a queue forms, and the figures show whether the grid, the
+joins and the pages stay on time while it does. With ``--database-url`` (PostgreSQL) a fresh database is made for
 the run and dropped after it; else SQLite.
 
 Printed: per-route p50/p95/p99 and counts, errors by kind, SSE delivery latency (check finished, as
@@ -28,20 +31,23 @@ stored on the run, -> the attendee's own stream, and -> every instructor stream'
 server RSS and CPU, database connections (PostgreSQL: ``pg_stat_activity`` of the server; SQLite:
 open descriptors of the database file), and over time: joined, checks in flight, the deepest check
 queue position told to attendees (``check.queued``), environment starts waiting for admission. Then
-the issue's goals beside the figures. ``--profile FILE`` runs the server under pyinstrument and
-writes its profile (HTML, text or speedscope JSON by the file's extension; the profiler keeps every
-sample in memory, so RSS is not comparable in a profiled run). Figures depend on the machine and on
+the issue's goals beside the figures. ``--profile FILE`` starts the server under py-spy (it samples
+from outside the process, every thread, 100 times a second), writes the collapsed stacks to ``FILE``
+and prints where the server's CPU went (``profile_summary.py``: event loop against worker threads,
+top functions by self and inclusive samples). Figures depend on the machine and on
 what else runs on it; nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import collections
 import contextlib
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -53,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import profile_summary
 import websockets.exceptions
 from clients import (
     REPO,
@@ -72,6 +79,7 @@ from clients import (
 from crowd_backend import kind_of
 
 TOKEN = "rehearsal-instructor"
+PROFILE_RATE = 100  # py-spy samples per second (--profile)
 CODE = "REHEARSE"
 APP_NAME = "labserver-rehearsal"
 #: the file each attendee saves before a check, per (lab, step): (path in the lab folder, bytes)
@@ -123,6 +131,7 @@ class Figures:
     queued_max: int = 0
     joined: int = 0
     streams_ready: int = 0
+    server_counts: dict[str, float] = field(default_factory=dict)  # the server's /metrics at the end
 
 
 class Rehearsal:
@@ -337,6 +346,7 @@ class Rehearsal:
             await asyncio.sleep(0.2)
         await asyncio.sleep(2.0)  # their SSE events arrive
         wall = time.monotonic() - started
+        self.fig.server_counts = await asyncio.to_thread(read_metrics, self.base, TOKEN)
         self.stop.set()
         await sampler
         for task in list(self.tasks):
@@ -378,6 +388,26 @@ def latencies(fig: Figures) -> tuple[list[float], list[float]]:
         if finished is not None:
             ins.append(got - finished)
     return att, ins
+
+
+def live_counts(metrics: dict[str, float]) -> None:
+    """The server's live events per check that finished: what each check cost the room's streams."""
+    kinds = {
+        name.split('kind="', 1)[1].split('"', 1)[0]: n
+        for name, n in metrics.items()
+        if name.startswith("labserver_live_events_total{")
+    }
+    finished = kinds.get("check.finished", 0.0)
+    if not finished:
+        return
+    print(f"\n  live events per check finished ({finished:.0f} checks), as the server counted them")
+    for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        print(f"    {kind:<24} {n / finished:8.2f}")
+    for label, name in (
+        ("handed to streams", "labserver_live_deliveries_total"),
+        ("encoded as JSON", "labserver_live_encodes_total"),
+    ):
+        print(f"    {label:<24} {metrics.get(name, 0.0) / finished:8.2f}")
 
 
 def report(args: argparse.Namespace, fig: Figures, wall: float, backend_note: str) -> dict[str, float]:
@@ -427,6 +457,7 @@ def report(args: argparse.Namespace, fig: Figures, wall: float, backend_note: st
             f"{max(s.queued_max for s in chunk):20d} {max(s.env_queue for s in chunk):18.0f} "
             f"{last.rss_mb:7.0f} {statistics.mean(s.cpu_pct for s in chunk):6.0f} {max(s.db_conns for s in chunk):9d}"
         )
+    live_counts(fig.server_counts)
     joins = fig.routes.get("POST /api/v1/join", [])
     figures = {
         "errors": float(total),
@@ -463,8 +494,38 @@ def drop_pg_database(url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+#: put before a checker's own code by ``--check-cpu-s``: the check first burns that much CPU time
+BURN = (
+    "import time as _rehearsal_time\n"
+    "_rehearsal_end = _rehearsal_time.process_time() + {cpu_s!r}\n"
+    "while _rehearsal_time.process_time() < _rehearsal_end:\n"
+    "    pass\n"
+)
+
+
+def costly_labs(args: argparse.Namespace, root: Path) -> Path:
+    """A copy of the labs folder in the run's own folder whose ``--lab``/``--step`` checker first
+    burns ``--check-cpu-s`` CPU-seconds (after its docstring and ``__future__`` imports): a room whose
+    checks cost what the machine cannot do at ``--checks-per-s``."""
+    from labserver.content.loader import LabCatalog
+
+    labs = root / "labs"
+    shutil.copytree(REPO / "labs", labs, ignore=shutil.ignore_patterns("__pycache__"))
+    step = next(s for s in LabCatalog(labs).labs[args.lab].steps if s.id == args.step)
+    lines = step.checker.read_text().splitlines(keepends=True)
+    at = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
+    if not at:  # after the module docstring, if any
+        text = "".join(lines)
+        tree = ast.parse(text)
+        doc = tree.body[0] if tree.body and isinstance(tree.body[0], ast.Expr) else None
+        at = (doc.end_lineno or 0) if doc is not None and isinstance(doc.value, ast.Constant) else 0
+    lines.insert(at, BURN.format(cpu_s=args.check_cpu_s))
+    step.checker.write_text("".join(lines))
+    return labs
+
+
 def start_server(
-    args: argparse.Namespace, root: Path, db_url: str | None
+    args: argparse.Namespace, root: Path, db_url: str | None, labs_dir: Path
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = dict(os.environ)
@@ -475,7 +536,7 @@ def start_server(
             "LABSERVER_INSTRUCTOR_TOKEN": TOKEN,
             "LABSERVER_DEFAULT_EVENT_CODE": CODE,
             "LABSERVER_WEB_DIR": str(REPO / "web"),
-            "LABSERVER_LABS_DIR": str(REPO / "labs"),
+            "LABSERVER_LABS_DIR": str(labs_dir),
             "REHEARSAL_LOCAL": str(args.local),
             "REHEARSAL_DOCKER": str(args.docker),
             "LABSERVER_DOCKER__NAME_PREFIX": docker_prefix(),
@@ -496,19 +557,30 @@ def start_server(
     ]
     uvicorn += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
     uvicorn += ["--timeout-graceful-shutdown", "3", "--loop", args.loop]  # `labserver serve` runs asyncio
-    renderer = {".txt": "text", ".json": "speedscope"}.get(Path(args.profile or "").suffix, "html")
+    # py-spy starts the server and samples it from outside (no cost inside the process, every thread)
     profiler = (
-        ["-m", "pyinstrument", "-r", renderer, "-o", str(Path(args.profile).resolve())]
+        [str(Path(sys.executable).with_name("py-spy")), "record", "--rate", str(PROFILE_RATE)]
+        + ["--format", "raw", "--nonblocking", "-o", str(Path(args.profile).resolve()), "--", sys.executable]
         if args.profile
-        else []
+        else [sys.executable]
     )
     log = open(root / "server.log", "wb")  # noqa: SIM115 (kept open for the server's life)
-    proc = subprocess.Popen(
-        [sys.executable, *profiler, *uvicorn], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT
-    )
+    proc = subprocess.Popen([*profiler, *uvicorn], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     wait_healthy(proc, base, log=str(root / "server.log"))
     return proc, base
+
+
+def profiled_pid(proc: subprocess.Popen[bytes]) -> int:
+    """The server's pid under ``py-spy record -- python ...`` (py-spy's child), for its RSS and CPU."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            if children:
+                return int(children[0])
+        time.sleep(0.1)
+    sys.exit("--profile: py-spy started no server")
 
 
 def docker_prefix() -> str:
@@ -565,12 +637,19 @@ def main() -> None:
     ap.add_argument(
         "--loop", choices=["asyncio", "uvloop"], default="asyncio", help="the server's event loop"
     )
+    ap.add_argument(
+        "--check-cpu-s",
+        type=float,
+        default=0.0,
+        help="the checked step's checker first burns this much CPU (a copy of the labs; e.g. 1.0: "
+        "checks the machine cannot keep up with, so a queue forms)",
+    )
     ap.add_argument("--lab", default="getting-started")
     ap.add_argument("--step", default="write-file")
     ap.add_argument("--database-url", help="PostgreSQL server to make a fresh database on (default SQLite)")
     ap.add_argument(
         "--profile",
-        help="write a pyinstrument profile of the server to this file (.html, .txt or .json: speedscope)",
+        help="sample the server with py-spy into this file (collapsed stacks) and print where its CPU went",
     )
     args = ap.parse_args()
     docker_preflight(args)
@@ -581,8 +660,10 @@ def main() -> None:
     if args.database_url:
         db_url, db_name = make_pg_database(args.database_url)
     try:
-        proc, base = start_server(args, root, db_url)
-        stat = ProcStat(proc.pid)
+        labs_dir = costly_labs(args, root) if args.check_cpu_s else REPO / "labs"
+        proc, base = start_server(args, root, db_url, labs_dir)
+        server_pid = profiled_pid(proc) if args.profile else proc.pid
+        stat = ProcStat(server_pid)
         event_id = event_id_of(base)
         docker = min(args.docker, args.attendees)
         local = min(args.local, args.attendees - docker)
@@ -592,6 +673,7 @@ def main() -> None:
             f"{args.attendees - docker - local} light environments, "
             f"database {'PostgreSQL' if db_url else 'SQLite'}, check slots {args.check_slots or 'default (4)'}, "
             f"{args.loop} loop"
+            + (f", the checked step burns {args.check_cpu_s:g} CPU-s first" if args.check_cpu_s else "")
         )
         print(f"# {note}; server {base} (log {root / 'server.log'})", flush=True)
         rehearsal_db = DbCounter(stat, f"{args.database_url.rpartition('/')[0]}/postgres" if db_url else None)
@@ -599,9 +681,15 @@ def main() -> None:
         wall = asyncio.run(rehearsal.run(stat, rehearsal_db))
         report(args, rehearsal.fig, wall, note)
     finally:
-        stop_server(proc, signal_first=signal.SIGINT if args.profile else signal.SIGTERM, wait_s=120)
-        if args.profile:
-            print(f"\n  profile: {args.profile}")
+        if args.profile and proc is not None:  # the server ends; py-spy then writes its file and exits
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server_pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(120)
+        stop_server(proc)
+        if args.profile and Path(args.profile).exists():
+            print()
+            print(profile_summary.summarize(Path(args.profile), rate=PROFILE_RATE))
         if db_url:
             drop_pg_database(args.database_url, db_name)
         remove_docker(args)

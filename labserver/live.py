@@ -15,6 +15,7 @@ missing there), and the attendee page's ``web/static/js/live.js`` subscribes to 
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import inspect
 import itertools
@@ -63,9 +64,20 @@ class LiveEvent:
     seq: int = 0
 
     def sse(self) -> dict[str, str]:
-        kind = str(self.kind)
-        payload = {"kind": kind, "attendee_id": self.attendee_id, **self.data}
-        return {"event": kind, "id": str(self.seq), "data": json.dumps(payload, default=str)}
+        """The SSE dict every attendee stream sends for this event, encoded once however many
+        streams send it (an event-wide event reaches the whole room); the dict is shared, never
+        change it."""
+        out: dict[str, str] | None = self.__dict__.get("_sse")
+        if out is None:
+            kind = str(self.kind)
+            payload = {"kind": kind, "attendee_id": self.attendee_id, **self.data}
+            out = {"event": kind, "id": str(self.seq), "data": json.dumps(payload, default=str)}
+            object.__setattr__(self, "_sse", out)  # frozen: a cache, not a field
+        return out
+
+    @property
+    def encoded(self) -> bool:
+        return "_sse" in self.__dict__
 
 
 class Subscription:
@@ -145,6 +157,9 @@ class LiveHub:
         self.maxsize = maxsize
         self.keep = keep
         self.computed = 0  # calls of ``once``'s functions (tests: one per event, not one per stream)
+        self.published: collections.Counter[str] = collections.Counter()  # events by kind
+        self.delivered = 0  # events handed to subscriptions (one event to 3 streams: 3)
+        self.encoded = 0  # live events encoded as JSON (once per event and render, not once per stream)
         self._once: OrderedDict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = OrderedDict()
 
     async def once(self, ev: LiveEvent, fn: Callable[[], T]) -> T:
@@ -201,14 +216,37 @@ class LiveHub:
         change it describes. ``kind`` must be a :class:`Kind` (a plain string is accepted only when
         it names one; anything else raises ``ValueError``)."""
         ev = LiveEvent(Kind(kind), event_id, attendee_id, data, next(self._seq))
+        self.published[ev.kind] += 1
         if attendee_id is None:  # event-wide (announcements, pace: rare): every subscription of the event
             targets: list[Subscription] = list(self._subs)
         else:
             targets = [*self._index.get((event_id, attendee_id), ()), *self._index.get((event_id, None), ())]
         for sub in targets:
             if sub.wants(ev):
+                self.delivered += 1
                 sub.deliver(ev)
         return ev
+
+    def memo(self, ev: LiveEvent, name: str, fn: Callable[[], T]) -> T:
+        """``fn()`` for ``ev`` computed once under ``name`` for every stream that asks (a grid delta
+        and its JSON, built once for all the dashboards); counted in :attr:`encoded`. Call in the
+        loop; ``fn`` must be quick (no I/O: see :meth:`once`) and must not depend on who asks."""
+        memo: dict[str, Any] = ev.__dict__.setdefault("_memo", {})
+        if name not in memo:
+            self.encoded += 1
+            memo[name] = fn()
+        return memo[name]  # type: ignore[no-any-return]
+
+    def encode(self, ev: LiveEvent) -> dict[str, str]:
+        """``ev.sse()``, counted in :attr:`encoded` the first time (it is encoded once)."""
+        if not ev.encoded:
+            self.encoded += 1
+        return ev.sse()
+
+    def watched(self, event_id: int) -> bool:
+        """Whether a stream of the whole event (a dashboard) is open now; safe from any thread (a
+        publisher in a worker thread asks before it reads what only a dashboard shows)."""
+        return bool(self._index.get((event_id, None)))
 
     @property
     def subscribers(self) -> int:
@@ -234,7 +272,7 @@ class LiveHub:
                 except TimeoutError:
                     yield {"comment": "keepalive"}
                     continue
-                out = render(ev) if render else ev.sse()
+                out = render(ev) if render else self.encode(ev)
                 if inspect.isawaitable(out):
                     out = await out
                 if out is not None:

@@ -25,7 +25,8 @@ Kept in this process as they happen:
 Read at each scrape from the server's state (:class:`Snapshot`, built by
 ``services/metrics_snapshot.py``): ``labserver_environments`` (``state``, ``reason``),
 ``labserver_terminals_open`` / ``labserver_terminals_attached``, ``labserver_sse_clients``,
-``labserver_checks_waiting``.
+``labserver_checks_waiting``, and the live hub's counts so far: ``labserver_live_events_total``
+(``kind``), ``labserver_live_deliveries_total``, ``labserver_live_encodes_total``.
 
 One registry per process (the metrics describe the process, as the pool they watch does)."""
 
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool
@@ -160,13 +161,16 @@ class Snapshot:
     terminals_attached: int = 0
     sse_clients: int = 0
     checks_waiting: int = 0
+    live_published: Mapping[str, int] = field(default_factory=dict)  # live events by kind, so far
+    live_delivered: int = 0
+    live_encoded: int = 0
 
 
 class _SnapshotCollector(Collector):
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         s = self.snapshot
         envs = GaugeMetricFamily(
             "labserver_environments",
@@ -189,6 +193,22 @@ class _SnapshotCollector(Collector):
         )
         yield GaugeMetricFamily(
             "labserver_checks_waiting", "Checks waiting for a check slot now", value=s.checks_waiting
+        )
+        published = CounterMetricFamily(
+            "labserver_live_events", "Live events published, by kind", labels=["kind"]
+        )
+        for kind, count in sorted(s.live_published.items()):
+            published.add_metric([kind], count)
+        yield published
+        yield CounterMetricFamily(
+            "labserver_live_deliveries",
+            "Live events handed to SSE streams (one event to three streams counts three)",
+            value=s.live_delivered,
+        )
+        yield CounterMetricFamily(
+            "labserver_live_encodes",
+            "Live events encoded as JSON for attendee streams (once per event, however many streams)",
+            value=s.live_encoded,
         )
 
 

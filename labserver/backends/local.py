@@ -62,14 +62,13 @@ from labserver.backends.base import (
     safe_relpath,
 )
 from labserver.backends.local_files import Workspace
-from labserver.backends.local_terminal import PtyTerminal, drain
-from labserver.backends.local_zygote import Zygote, ZygoteFailed, Zygotes
+from labserver.backends.local_terminal import RESULT_LIMIT, PtyTerminal, drain
+from labserver.backends.local_zygote import ZygoteFailed, Zygotes, run_checker
 from labserver.config import Settings
 
 log = logging.getLogger(__name__)
 
 MARKER = ".labserver-env.json"
-RESULT_LIMIT = 1024 * 1024
 HIDDEN = {MARKER, ".backups"}
 SECRET_FOLDERS = ("solution", "mutants")  # of every lab: never visible to an attendee process
 NOBODY = 65534
@@ -145,6 +144,7 @@ class LocalBackend:
         )
         self._uid_lock = threading.Lock()
         self.zygotes = Zygotes(idle_s=settings.local.runner_idle_s)
+        self._uids_used: set[int] | None = None  # read once by _allocate_uid, then kept
         self.isolation = self._measure()
         if self.isolation.complete:
             log.info("local backend isolation: %s", self.isolation.describe())
@@ -288,13 +288,19 @@ class LocalBackend:
         (folder / "hosts").write_text("127.0.0.1\tlocalhost lab\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 
     def _allocate_uid(self) -> int:
-        """The lowest uid of the range that no environment and no account of this machine has."""
-        used = set()
-        if self.state_dir.is_dir():
-            for child in self.state_dir.iterdir():
-                state = self._read_state(child.name)
-                if state is not None:
-                    used.add(state.uid)
+        """The lowest uid of the range that no environment and no account of this machine has
+        (call with ``_uid_lock`` held). The environments' uids are read from their records once,
+        then kept (this server alone writes them; :meth:`destroy` gives a uid back): reading every
+        record at each new environment made a room's joins O(n) each, under the lock every file
+        operation and check of the room takes (the load rehearsal, issue 30)."""
+        if self._uids_used is None:
+            self._uids_used = set()
+            if self.state_dir.is_dir():
+                for child in self.state_dir.iterdir():
+                    state = self._read_state(child.name)
+                    if state is not None:
+                        self._uids_used.add(state.uid)
+        used = self._uids_used
         base = self.settings.local.uid_base
         for uid in range(base, base + self.settings.local.uid_count):
             if uid in used:
@@ -302,6 +308,7 @@ class LocalBackend:
             try:
                 pwd.getpwuid(uid)
             except KeyError:
+                used.add(uid)
                 return uid
         raise ProvisionError(
             "The server has no free user id for a new environment. Ask the instructor.",
@@ -475,7 +482,15 @@ class LocalBackend:
             await asyncio.to_thread(self.limiter.destroy, group)
         if ws.is_dir():
             await asyncio.to_thread(shutil.rmtree, ws, True)  # fd-based: never follows a symlink
-        await asyncio.to_thread(shutil.rmtree, self.state_dir / ws.name, True)
+        await asyncio.to_thread(self._forget_state, ws.name)
+
+    def _forget_state(self, name: str) -> None:
+        """Remove an environment's record and give its uid back (``_allocate_uid``)."""
+        with self._uid_lock:
+            state = self._read_state(name)
+            shutil.rmtree(self.state_dir / name, True)
+            if state is not None and self._uids_used is not None:
+                self._uids_used.discard(state.uid)
 
     async def discover(self) -> list[EnvRef]:
         refs = []
@@ -560,7 +575,7 @@ class LocalBackend:
             except ZygoteFailed as exc:
                 log.warning("environment %s: %s; running the checker in a process of its own", ws.name, exc)
             else:
-                return await self._run_check_zygote(zyg, lab_dir, checker, env, request)
+                return await run_checker(zyg, lab_dir, checker, env, request)
         group = f"{ws.name}.check"
         prefix = await self._acquire(group, state)
         try:
@@ -598,54 +613,6 @@ class LocalBackend:
             await release()
             raise
         return proc, release
-
-    async def _run_check_zygote(
-        self, zyg: Zygote, lab_dir: Path, checker: Path, env: dict[str, str], request: CheckRequest
-    ) -> CheckRaw:
-        if request.meter is not None:  # base.CheckMeter: the check is what the runner forks next
-            await asyncio.to_thread(request.meter.attach, zyg.proc.pid, descendants_only=True)
-        read_fd, write_fd = os.pipe()
-        log_r, log_w = os.pipe()
-        start = time.monotonic()
-        try:
-            ident = zyg.spawn_checker(
-                str(checker), cwd=str(lab_dir), env=env, result_fd=write_fd, log_fd=log_w
-            )
-        except BaseException:
-            os.close(read_fd)
-            os.close(log_r)
-            raise
-        finally:
-            os.close(write_fd)
-            os.close(log_w)
-        result_task = asyncio.ensure_future(drain(read_fd, RESULT_LIMIT))
-        log_task = asyncio.ensure_future(drain(log_r, request.log_limit))
-        meter, before_kill = request.meter, None
-        if meter is not None:  # the runner kills a checker out of time itself: read it just before
-            before_kill = asyncio.get_running_loop().call_later(
-                max(0.0, request.timeout_s - 0.25), meter.sample
-            )
-        try:
-            code, timed_out, cpu = await zyg.wait_checker(ident, request.timeout_s)
-        finally:
-            if before_kill is not None:
-                before_kill.cancel()
-            # the zygote killed the checker's children with it: the pipes end at once
-            done, pending = await asyncio.wait({result_task, log_task}, timeout=5.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        result = result_task.result()[0] if result_task in done else b""
-        log_bytes, truncated = log_task.result() if log_task in done else (b"", False)
-        return CheckRaw(
-            exit_code=None if timed_out else code,
-            result=result,
-            log=log_bytes,
-            log_truncated=truncated,
-            timed_out=timed_out,
-            duration_s=time.monotonic() - start,
-            cpu_s=cpu,
-        )
 
     async def _run_check(
         self,

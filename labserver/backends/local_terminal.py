@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import ptyprocess
 
+RESULT_LIMIT = 1024 * 1024  # what a check's result channel may carry (CheckRaw.result)
+
 
 async def drain(fd: int, limit: int) -> tuple[bytes, bool]:
     """Read a pipe to its end, keeping at most ``limit`` bytes: ``(data, truncated)``.

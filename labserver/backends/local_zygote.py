@@ -36,11 +36,13 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from labkit.check import zygote as protocol
 
-from labserver.backends.base import EnvironmentGone
+from labserver.backends.base import CheckRaw, CheckRequest, EnvironmentGone
+from labserver.backends.local_terminal import RESULT_LIMIT, drain
 
 log = logging.getLogger(__name__)
 
@@ -279,3 +281,50 @@ class Zygotes:
 
     def running(self) -> list[tuple[str, str]]:
         return [k for k, z in self._running.items() if z.alive]
+
+
+async def run_checker(
+    zyg: Zygote, lab_dir: Path, checker: Path, env: dict[str, str], request: CheckRequest
+) -> CheckRaw:
+    """Run ``checker`` for ``request`` through ``zyg``: its result channel and log are pipes read by
+    the loop; a checker out of time is killed by the zygote with its children."""
+    if request.meter is not None:  # base.CheckMeter: the check is what the runner forks next
+        await asyncio.to_thread(request.meter.attach, zyg.proc.pid, descendants_only=True)
+    read_fd, write_fd = os.pipe()
+    log_r, log_w = os.pipe()
+    start = time.monotonic()
+    try:
+        ident = zyg.spawn_checker(str(checker), cwd=str(lab_dir), env=env, result_fd=write_fd, log_fd=log_w)
+    except BaseException:
+        os.close(read_fd)
+        os.close(log_r)
+        raise
+    finally:
+        os.close(write_fd)
+        os.close(log_w)
+    result_task = asyncio.ensure_future(drain(read_fd, RESULT_LIMIT))
+    log_task = asyncio.ensure_future(drain(log_r, request.log_limit))
+    meter, before_kill = request.meter, None
+    if meter is not None:  # the runner kills a checker out of time itself: read it just before
+        before_kill = asyncio.get_running_loop().call_later(max(0.0, request.timeout_s - 0.25), meter.sample)
+    try:
+        code, timed_out, cpu = await zyg.wait_checker(ident, request.timeout_s)
+    finally:
+        if before_kill is not None:
+            before_kill.cancel()
+        # the zygote killed the checker's children with it: the pipes end at once
+        done, pending = await asyncio.wait({result_task, log_task}, timeout=5.0)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    result = result_task.result()[0] if result_task in done else b""
+    log_bytes, truncated = log_task.result() if log_task in done else (b"", False)
+    return CheckRaw(
+        exit_code=None if timed_out else code,
+        result=result,
+        log=log_bytes,
+        log_truncated=truncated,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - start,
+        cpu_s=cpu,
+    )

@@ -51,7 +51,7 @@ from labserver.schemas import (
     UnavailableLab,
     media,
 )
-from labserver.services import checking, environments, event_admin, files, help, progress
+from labserver.services import checking, environments, event_admin, files, help, pacing, progress
 from labserver.services.events import JoinError, join
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
@@ -160,7 +160,7 @@ def api_lab(
     """One lab: its steps (instructions rendered, locked ones empty) and my progress."""
     lang = pick_lang(request)
     lab = attendee_lab(ctx, me, lab_id)
-    steps = [StepPublic.of(lab, s, lang, progress.is_locked(me.event, lab, s.index)) for s in lab.steps]
+    steps = [StepPublic.of(lab, s, lang, pacing.is_locked(me.event, lab, s.index)) for s in lab.steps]
     summary = LabSummaryPublic.of(lab, lang).model_dump(exclude={"steps"})
     return LabDetailPublic(**summary, steps=steps, progress=_progress(session, me, lab))
 
@@ -172,9 +172,7 @@ def api_open_step(
     """Record that I opened a step (time on step starts then)."""
     lab = attendee_lab(ctx, me, lab_id)
     lab_step(lab, step_id)
-    progress.open_step(
-        ctx, session, event_id=me.event.id or 0, attendee_id=me.id, lab_id=lab_id, step_id=step_id
-    )
+    progress.open_step(ctx, session, event=me.event, attendee_id=me.id, lab_id=lab_id, step_id=step_id)
     return StatusPublic(status="ok")
 
 
@@ -319,7 +317,7 @@ async def api_check(
     """Run the step's checker against my environment; the result is committed before it is returned."""
     lab = attendee_lab(ctx, me, lab_id)
     step = lab_step(lab, step_id)
-    if progress.is_locked(me.event, lab, step.index):
+    if pacing.is_locked(me.event, lab, step.index):
         raise HTTPException(
             423, gettext(pick_lang(request), "This step is not open yet: the instructor will unlock it.")
         )

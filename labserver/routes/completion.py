@@ -21,7 +21,7 @@ from labserver.schemas import (
     HintsOpenedPublic,
     json_file,
 )
-from labserver.services import completion, hints, progress
+from labserver.services import completion, hints, pacing
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 
@@ -37,7 +37,7 @@ def api_hints_opened(
     """Record that I opened a step's hints (the first time counts)."""
     lab = attendee_lab(ctx, me, lab_id)
     step = lab_step(lab, step_id)
-    if progress.is_locked(me.event, lab, step.index):
+    if pacing.is_locked(me.event, lab, step.index):
         raise HTTPException(409, "This step is not open yet: the instructor will unlock it.")
     first = hints.open_hints(
         session, event_id=me.event.id or 0, attendee_id=me.id, lab_id=lab.id, step_id=step.id

@@ -35,7 +35,7 @@ from labserver.models import Event
 from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
 from labserver.routes.instructor_api import get_event
 from labserver.routes.instructor_pages import PageInstructor, instructor_base
-from labserver.routes.instructor_stream import GRID_KINDS, prefetch, translate
+from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
 from labserver.routes.pages import render_page
 from labserver.schemas import SSE, EventPublic
 from labserver.services import event_admin
@@ -79,9 +79,9 @@ async def gallery_stream(
                 news = asyncio.ensure_future(sub.get())
                 if ev.kind == Kind.env_state and ev.attendee_id is not None and ev.data.get("env_id"):
                     feed.envs[str(ev.data["env_id"])] = ev.attendee_id
-                out = await translate(ctx, event, ev)
+                out = await grid_event(ctx, event, ev)
                 if out is not None:
-                    yield _sse(out[0], out[1], ev.seq)
+                    yield out
             if tick in done:
                 tick = asyncio.ensure_future(anext(ticks))
                 if feed.refresh_due():

@@ -14,9 +14,10 @@ SSE events (``data`` is JSON):
 - ``announcement``, ``pace``, ``event.status``, ``solution.revealed``, ``lab.reset``: passed through;
 - ``resync``: the stream fell behind; reload the grid.
 
-A cell is read from the database once per live event for all the dashboards that stream it, in a
-worker thread (``LiveHub.once`` + ``services/grid_deltas.read_cell``): a render never blocks the
-loop every attendee stream of the room is served from.
+A cell is read from the database and encoded once per live event for all the dashboards that
+stream it, in a worker thread (``LiveHub.once`` + ``services/grid_deltas.read_cell``): a render never
+blocks the loop every attendee stream of the room is served from. Every other delta is built and
+encoded once per event too (``LiveHub.memo``), however many dashboards stream it.
 """
 
 from __future__ import annotations
@@ -67,18 +68,26 @@ def prefetch(ctx: AppContext, event: Event) -> Callable[[LiveEvent], None]:
     queued (once for all dashboards), not when the stream gets to it behind the events before."""
 
     def start(ev: LiveEvent) -> None:
-        if ev.kind in CELL_KINDS and ev.attendee_id is not None:
-            ctx.live.start_once(ev, functools.partial(read_cell, ctx, event, ev))
+        if ev.kind in CELL_KINDS and ev.attendee_id is not None and "grid" not in ev.data:
+            ctx.live.start_once(ev, functools.partial(cell_sse, ctx, event, ev))
 
     return start
 
 
-async def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[str, Any]] | None:
-    """(sse event name, payload) for one live event, or None when the grid page does not care."""
+def grid_sse(name: str, payload: dict[str, Any], ev: LiveEvent) -> dict[str, str]:
+    return {"event": name, "id": str(ev.seq), "data": json.dumps(payload, separators=(",", ":"))}
+
+
+def cell_sse(ctx: AppContext, event: Event, ev: LiveEvent) -> dict[str, str] | None:
+    """The ``cell`` SSE event for a cell kind, read and encoded in a worker thread (``LiveHub.once``)."""
+    cell = read_cell(ctx, event, ev)
+    return None if cell is None else grid_sse("cell", cell, ev)
+
+
+def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, dict[str, Any]] | None:
+    """(sse event name, payload) for a live event that is not a cell kind (nothing to read), or None
+    when the grid page does not care."""
     data = ev.data
-    if ev.kind in CELL_KINDS and ev.attendee_id is not None:
-        cell = await ctx.live.once(ev, functools.partial(read_cell, ctx, event, ev))
-        return None if cell is None else ("cell", cell)
     if ev.kind == Kind.check_started and ev.attendee_id is not None:
         column = _columns(ctx, event).get((str(data.get("lab")), str(data.get("step"))))
         return None if column is None else ("run", {"a": ev.attendee_id, "c": column})
@@ -91,16 +100,29 @@ async def translate(ctx: AppContext, event: Event, ev: LiveEvent) -> tuple[str, 
     return None
 
 
+async def grid_event(ctx: AppContext, event: Event, ev: LiveEvent) -> dict[str, str] | None:
+    """The grid's SSE dict for ``ev`` (None: the grid does not show it), built and encoded once per
+    live event for every dashboard of ``event`` (the dict is shared: never change it)."""
+    if ev.kind in CELL_KINDS and ev.attendee_id is not None:
+        if "grid" in ev.data:  # read where it was committed (services/grid_deltas.py): encode only
+            return ctx.live.memo(ev, "grid", lambda: grid_sse("cell", ev.data["grid"], ev))
+        out: dict[str, str] | None = await ctx.live.once(ev, functools.partial(cell_sse, ctx, event, ev))
+        return out
+
+    def build() -> dict[str, str] | None:
+        delta = translate(ctx, event, ev)
+        return None if delta is None else grid_sse(delta[0], delta[1], ev)
+
+    return ctx.live.memo(ev, "grid", build)
+
+
 def instructor_stream(
     ctx: AppContext, event: Event, sub: Subscription, *, keepalive_s: float = 15.0
 ) -> AsyncIterator[dict[str, str]]:
     """The hub's stream with events translated to compact grid deltas."""
-
-    async def render(ev: LiveEvent) -> dict[str, str] | None:
-        out = await translate(ctx, event, ev)
-        if out is None:
-            return None
-        name, payload = out
-        return {"event": name, "id": str(ev.seq), "data": json.dumps(payload, separators=(",", ":"))}
-
-    return ctx.live.stream(sub, keepalive_s=keepalive_s, ready={"event_id": event.id}, render=render)
+    return ctx.live.stream(
+        sub,
+        keepalive_s=keepalive_s,
+        ready={"event_id": event.id},
+        render=functools.partial(grid_event, ctx, event),
+    )

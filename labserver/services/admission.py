@@ -9,7 +9,10 @@ Promises:
 - Tickets are granted in the order they were asked for; raising the limit grants more at once,
   lowering it lets running starts finish and grants no new one until below the limit.
 - Every waiting ticket is told its place (``ahead``: starts granted before it, waiting) when it
-  joins and each time the queue moves; the caller publishes it (``env.queue``, no database).
+  joins, and again when the queue's move puts it in another band
+  (:mod:`labserver.services.queue_places`: exact for the first six, then about a fifth apart); the
+  caller publishes it (``env.queue``, no database). A start granted tells O(log n) of the n waiting,
+  not all of them.
 - A waiter that goes away (cancelled) leaves the queue and its place is given on.
 - Nothing here times out: a queued start waits as long as the queue needs.
 - :meth:`room_freed` wakes starts that found the engines full (``capacity`` / ``no-room``) so they
@@ -26,6 +29,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from labserver import metrics
+from labserver.services.queue_places import band
 
 #: backend reasons that mean "no room now": the start stays queued and is retried
 CAPACITY_REASONS = frozenset({"capacity", "no-room"})
@@ -45,6 +49,7 @@ def default_limit(backend_name: str) -> int:
 class Ticket:
     key: str
     on_place: Callable[[int], None]
+    told: int = 0  # the band of the place last told (0: not told yet)
     granted: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -71,7 +76,7 @@ class Admission:
         metrics.ENV_QUEUE.set(len(self.waiting))
         self._grant()
         if not ticket.granted.done():
-            on_place(self.waiting.index(ticket))
+            self._tell(ticket, self.waiting.index(ticket))
         try:
             await ticket.granted
         except asyncio.CancelledError:
@@ -105,6 +110,13 @@ class Admission:
     def _moved(self) -> None:
         metrics.ENV_QUEUE.set(len(self.waiting))
         for ahead, ticket in enumerate(self.waiting):
+            self._tell(ticket, ahead)
+
+    @staticmethod
+    def _tell(ticket: Ticket, ahead: int) -> None:
+        now = band(ahead + 1)
+        if ticket.told != now:
+            ticket.told = now
             ticket.on_place(ahead)
 
     def room_freed(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -27,7 +28,7 @@ from labserver.content import Lab, Step
 from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
-from labserver.services import check_files, not_gradable, recordings, workspace_full
+from labserver.services import check_files, grid_deltas, not_gradable, recordings, workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import with_environment
 
@@ -161,13 +162,14 @@ async def _check_once(
             ctx, session, run, event=event, attendee=attendee, attempt=attempt, lang=lang, retried=retried
         )
         run.finished_at = clock.now()
-        await in_thread(_store, session, run, files)  # committed before anyone sees it
+        # committed before anyone sees it; the grid's cell read in the same thread job
+        grid = await in_thread(_store, session, run, files, grid_of=(ctx, event))
     finally:
         # cancelled before the commit (the server stops): the row stays ``running``, and recovery
         # finishes it and presses Check again, as for a server that died
         ctx.checks_in_flight.discard(run.id)
     metrics.check_finished(run)
-    publish_finished(ctx, run, attendee)
+    publish_finished(ctx, run, attendee, **({"grid": grid} if grid is not None else {}))
     recordings.mark(ctx, event_id=event_id, attendee_id=attendee_id, lab=lab.id, label=result_label(run))
     if crash is not None:
         raise crash
@@ -245,16 +247,31 @@ async def _judge(
     return None
 
 
-def _store(session: Session, run: CheckRun, files: list[dict[str, object]] | None = None) -> None:
+def _store(
+    session: Session,
+    run: CheckRun,
+    files: list[dict[str, object]] | None = None,
+    *,
+    grid_of: tuple[AppContext, Event] | None = None,
+) -> dict[str, Any] | None:
     """Commit ``run`` and release the connection, in a worker thread: a commit that waits for the
     database (SQLite's write lock, a pool checkout) must never hold up the event loop every stream
-    and terminal of the room is served from (the load rehearsal, bench/rehearsal.py)."""
+    and terminal of the room is served from (the load rehearsal, bench/rehearsal.py). With
+    ``grid_of`` (a finished run), the grid's cell after the commit is read in the same session
+    and returned (services/grid_deltas.py: None when no dashboard is open)."""
     session.add(run)
     if files is not None and run.status == CheckStatus.passed and run.id is not None:
         session.add(CheckFiles(run_id=run.id, files=files))
     session.commit()
     session.refresh(run)
+    grid = None
+    if grid_of is not None:
+        ctx, event = grid_of
+        grid = grid_deltas.cell_after_commit(
+            ctx, session, event, attendee_id=run.attendee_id, lab=run.lab_id, step=run.step_id, run=run
+        )
     release(session)
+    return grid
 
 
 def result_label(run: CheckRun) -> str:

@@ -29,6 +29,10 @@ Rules
   are never idle.
 - A waiting check's **position** is its place in the order :func:`order` gives (1 = next); the
   attendee's page shows it (live event ``check.queued``).
+- **Positions are told by band** (:mod:`labserver.services.queue_places`): a waiting check is told
+  its exact position when it is queued, and again only when its position enters another band. A slot
+  handed on moves every waiting check one place, but only those on a band's edge are told: O(log n)
+  live events per admission with n waiting, not n.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 
 from labserver import metrics
 from labserver.backends.meter import ProcessMeter, sample_all
+from labserver.services.queue_places import band
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,31 @@ def pick(
     """The tickets that start now, given who runs (``running``: attendee -> checks running), which
     of those are idle (``idle``: attendee -> idle checks, at most ``max_lent`` of them not counted)
     and their ``usage``; at most the free slots, honouring every rule of the module docstring."""
+    ranked = order(waiting, running=running, usage=usage, budget_s=budget_s)
+    return take(
+        ranked,
+        running=running,
+        usage=usage,
+        slots=slots,
+        budget_s=budget_s,
+        reserve=reserve,
+        idle=idle,
+        max_lent=max_lent,
+    )
+
+
+def take(
+    ranked: list[Ticket],
+    *,
+    running: Mapping[int, int],
+    usage: Mapping[int, float],
+    slots: int,
+    budget_s: float,
+    reserve: int = 1,
+    idle: Mapping[int, int] | None = None,
+    max_lent: int = 0,
+) -> list[Ticket]:
+    """:func:`pick` from tickets already in :func:`order`'s order."""
     idle = idle or {}
     idle_of = {a: min(idle.get(a, 0), n) for a, n in running.items()}
     lent = min(sum(idle_of.values()), max(max_lent, 0))
@@ -95,7 +125,7 @@ def pick(
     cap_over = max(slots - max(reserve, 0), 1 if slots > 0 else 0)
     started: list[Ticket] = []
     now_running = dict(running)
-    for t in order(waiting, running=running, usage=usage, budget_s=budget_s):
+    for t in ranked:
         if busy >= slots:
             break
         a = t.attendee_id
@@ -131,7 +161,8 @@ class _Metered:
 class CheckQueue:
     """The server's check slots, handed out with :func:`pick`. ``async with queue.slot(attendee_id,
     on_position=...)`` waits for a slot; ``on_position(n)`` is called with the waiting position
-    (1 = next) whenever it changes, and not at all when a slot is free at once."""
+    (1 = next) when the check is queued and whenever the position enters another :func:`band`, and
+    not at all when a slot is free at once."""
 
     def __init__(
         self,
@@ -159,16 +190,21 @@ class CheckQueue:
         self._now = now
         self._seq = itertools.count()
         self._waiting: dict[Ticket, tuple[asyncio.Future[None], Callable[[int], None] | None]] = {}
-        self._positions: dict[Ticket, int] = {}
+        self._bands: dict[Ticket, int] = {}  # the band of the position last told
         self._use: dict[int, _Use] = {}
         self._running: dict[int, int] = {}
 
     # -- bookkeeping -------------------------------------------------------------------------------
-    def usage(self) -> dict[int, float]:
+    def usage(self, attendees: Iterable[int] | None = None) -> dict[int, float]:
+        """Slot seconds in the window, of ``attendees`` (default: everyone seen)."""
         now = self._now()
         horizon = now - self.window_s
         out: dict[int, float] = {}
-        for a, use in self._use.items():
+        for a in self._use if attendees is None else attendees:
+            use = self._use.get(a)
+            if use is None:
+                out[a] = 0.0
+                continue
             while use.spans and use.spans[0][1] < horizon:
                 use.spans.popleft()
             total = sum(end - max(start, horizon) for start, end in use.spans)
@@ -216,9 +252,12 @@ class CheckQueue:
             self.note_usage()
 
     def _dispatch(self) -> None:
-        usage = self.usage()
-        for t in pick(
-            list(self._waiting),
+        """Start what :func:`take` allows, then tell the waiting checks whose band changed. One
+        ranking per call (a sort of the waiting, in C); the usage of those waiting or running only."""
+        usage = self.usage({t.attendee_id for t in self._waiting} | set(self._running))
+        ranked = order(self._waiting, running=self._running, usage=usage, budget_s=self.budget_s)
+        started = take(
+            ranked,
             running=self._running,
             usage=usage,
             slots=self.slots,
@@ -226,16 +265,22 @@ class CheckQueue:
             reserve=self.reserve,
             idle=self.idle(),
             max_lent=self.max_lent,
-        ):
+        )
+        for t in started:
             fut, _ = self._waiting.pop(t)
-            self._positions.pop(t, None)
+            self._bands.pop(t, None)
             self._start(t.attendee_id)
             fut.set_result(None)
-        ranked = order(list(self._waiting), running=self._running, usage=usage, budget_s=self.budget_s)
+        if started:  # what order() would now give: the started left, their attendees' others go last
+            gone = set(started)
+            left = [t for t in ranked if t not in gone]
+            ranked = [t for t in left if not self._running.get(t.attendee_id)]
+            ranked += [t for t in left if self._running.get(t.attendee_id)]
         for i, t in enumerate(ranked, start=1):
             _, cb = self._waiting[t]
-            if cb is not None and self._positions.get(t) != i:
-                self._positions[t] = i
+            now_band = band(i)
+            if cb is not None and self._bands.get(t) != now_band:
+                self._bands[t] = now_band
                 cb(i)
 
     def _start(self, attendee_id: int) -> None:
@@ -276,7 +321,7 @@ class CheckQueue:
         except BaseException:
             if ticket in self._waiting:  # cancelled while waiting
                 del self._waiting[ticket]
-                self._positions.pop(ticket, None)
+                self._bands.pop(ticket, None)
                 self._dispatch()
             elif fut.done() and not fut.cancelled():  # got the slot as it was cancelled
                 self._end(attendee_id)

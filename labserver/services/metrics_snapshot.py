@@ -33,4 +33,7 @@ async def snapshot(ctx: AppContext, session: Session) -> metrics.Snapshot:
         terminals_attached=sum(bool(s.viewers) and not s.closed for s in sessions),
         sse_clients=ctx.live.subscribers,
         checks_waiting=ctx.check_queue.waiting_count() if ctx.check_queue is not None else 0,
+        live_published=dict(ctx.live.published),
+        live_delivered=ctx.live.delivered,
+        live_encoded=ctx.live.encoded,
     )

@@ -1,6 +1,6 @@
 """Progress: a step is passed when it has a passing check run (*imported* when it only has an imported
-one, see services/progress_io.py). Also pacing (locked steps) and the
-time an attendee first opened a step."""
+one, see services/progress_io.py). Also the time an attendee first opened a step; pacing (locked
+steps: ``is_locked``, ``unlocked_steps``) lives in services/pacing.py and is read from here too."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from sqlmodel import Session, col, select
 from labserver.content import Lab
 from labserver.live import Kind
 from labserver.models import NOT_ATTEMPTS, CheckRun, CheckStatus, Event, StepStart
+from labserver.services import grid_deltas
 from labserver.services.context import AppContext
+from labserver.services.pacing import is_locked
 
 #: runs that are no attempt: still running, or cut short by a server restart (services/recovery.py)
 
@@ -44,14 +46,6 @@ class LabProgress:
             "total": len(self.steps),
             "steps": [s.__dict__ for s in self.steps],
         }
-
-
-def unlocked_steps(event: Event, lab: Lab) -> int:
-    return min(event.pace.get(lab.id, len(lab.steps)), len(lab.steps))
-
-
-def is_locked(event: Event, lab: Lab, step_index: int) -> bool:
-    return step_index >= unlocked_steps(event, lab)
 
 
 def lab_progress(session: Session, *, event: Event, attendee_id: int, lab: Lab) -> LabProgress:
@@ -108,8 +102,13 @@ def mark_step_started(session: Session, *, attendee_id: int, lab_id: str, step_i
 
 
 def open_step(
-    ctx: AppContext, session: Session, *, event_id: int, attendee_id: int, lab_id: str, step_id: str
+    ctx: AppContext, session: Session, *, event: Event, attendee_id: int, lab_id: str, step_id: str
 ) -> None:
-    """The attendee opened a step: store the first time (committed), then publish ``step.opened``."""
+    """The attendee opened a step: store the first time (committed), then publish ``step.opened``
+    (with the grid's cell when a dashboard is open: services/grid_deltas.py). Blocking."""
     mark_step_started(session, attendee_id=attendee_id, lab_id=lab_id, step_id=step_id)
-    ctx.live.publish(Kind.step_opened, event_id, attendee_id, lab=lab_id, step=step_id)
+    grid = grid_deltas.cell_after_commit(
+        ctx, session, event, attendee_id=attendee_id, lab=lab_id, step=step_id
+    )
+    extra = {"grid": grid} if grid is not None else {}
+    ctx.live.publish(Kind.step_opened, event.id or 0, attendee_id, lab=lab_id, step=step_id, **extra)

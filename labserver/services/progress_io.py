@@ -70,7 +70,8 @@ from labserver.services import progress_signing
 from labserver.services.checking import publish_finished
 from labserver.services.context import AppContext
 from labserver.services.environments import ensure_environment, event_labs
-from labserver.services.progress import is_locked, lab_progress
+from labserver.services.pacing import is_locked
+from labserver.services.progress import lab_progress
 
 FORMAT: Literal["labserver-progress"] = "labserver-progress"
 SCHEMA_VERSION = 2

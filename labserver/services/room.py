@@ -30,7 +30,7 @@ from labserver.live import Kind
 from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, Environment, Event, StepStart
 from labserver.services.context import AppContext
 from labserver.services.environments import event_labs
-from labserver.services.progress import unlocked_steps
+from labserver.services.pacing import unlocked_steps
 from labserver.services.stuck import StepKey, StepSummary, StuckFlag, detect_stuck_steps
 
 #: status -> one-letter code used in the payload (not started cells are absent)
@@ -378,7 +378,7 @@ def export_csv(facts: RoomFacts) -> str:
 # -- pacing -----------------------------------------------------------------------------------------
 def set_pace(ctx: AppContext, session: Session, *, event: Event, lab: Lab, unlocked: int | None) -> Event:
     """Lock the lab's steps beyond ``unlocked`` for the whole room (None: unlock all), then publish
-    ``pace``. Enforced by :func:`labserver.services.progress.is_locked`."""
+    ``pace``. Enforced by :func:`labserver.services.pacing.is_locked`."""
     pace = dict(event.pace)
     if unlocked is None or unlocked >= len(lab.steps):
         pace.pop(lab.id, None)
@@ -389,6 +389,11 @@ def set_pace(ctx: AppContext, session: Session, *, event: Event, lab: Lab, unloc
     session.commit()
     session.refresh(event)
     ctx.live.publish(
-        Kind.pace, event.id or 0, None, lab=lab.id, unlocked=unlocked_steps(event, lab), total=len(lab.steps)
+        Kind.pace,
+        event.id or 0,
+        None,
+        lab=lab.id,
+        unlocked=unlocked_steps(event, lab),
+        total=len(lab.steps),
     )
     return event

@@ -440,7 +440,7 @@ def test_stream_translation_of_other_kinds(app: FastAPI, event: Event) -> None:
     from labserver.routes import instructor_stream
 
     def translate(*args: Any) -> Any:
-        return asyncio.run(instructor_stream.translate(*args))
+        return instructor_stream.translate(*args)
 
     ctx = app.state.ctx
     env = translate(ctx, event, LiveEvent("env.state", event.id or 0, 7, {"state": "ready", "env_id": "e"}))

@@ -30,6 +30,9 @@ FAMILIES = {
     "labserver_terminals_attached",
     "labserver_sse_clients",
     "labserver_checks_waiting",
+    "labserver_live_events",
+    "labserver_live_deliveries",
+    "labserver_live_encodes",
 }
 
 

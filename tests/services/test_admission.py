@@ -17,6 +17,7 @@ from labserver.live import Kind
 from labserver.services.admission import Admission
 from labserver.services.environments import admitted_create, spec_for
 from labserver.services.events import create_event, join
+from labserver.services.queue_places import band, bands_up_to
 
 
 async def _runner(
@@ -95,3 +96,32 @@ def test_a_start_with_no_room_stays_queued_and_is_retried_when_room_frees(tmp_pa
         assert ref.env_id == spec.env_id
 
     asyncio.run(go())
+
+
+def test_a_start_granted_tells_one_waiter_per_band_not_the_whole_queue() -> None:
+    async def go() -> tuple[int, dict[str, int]]:
+        adm = Admission(1)
+        order: list[str] = []
+        places: dict[str, list[int]] = {}
+        keys = [f"e{i}" for i in range(301)]
+        gates = {k: asyncio.Event() for k in keys}
+        tasks = [asyncio.ensure_future(_runner(adm, k, order, places, gates[k])) for k in keys]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert order == ["e0"] and sum(map(len, places.values())) == 300  # each told once, on joining
+        before = sum(map(len, places.values()))
+        gates["e0"].set()  # one start ends, the next is granted: 299 waiters move up one
+        for _ in range(5):
+            await asyncio.sleep(0)
+        tellings = sum(map(len, places.values())) - before
+        last = {k: told[-1] for k, told in places.items()}
+        for gate in gates.values():
+            gate.set()
+        await asyncio.gather(*tasks)
+        return tellings, last
+
+    tellings, last = asyncio.run(go())
+    assert tellings <= bands_up_to(300) == 23  # was 299: every waiter, every start
+    # what each terminal said last is its real place's band: exact for the first six
+    assert [last[f"e{i}"] for i in range(2, 8)] == [0, 1, 2, 3, 4, 5]
+    assert all(band(last[f"e{i}"] + 1) == band(i - 1) for i in range(2, 301))

@@ -14,7 +14,7 @@ from labserver.clock import TestClock
 from labserver.models import Attendee, CheckRun, Event, StepStart
 from labserver.services import room
 from labserver.services.completion_chart import chart_svg, series
-from labserver.services.progress import is_locked
+from labserver.services.pacing import is_locked
 
 LAB = "getting-started"
 
