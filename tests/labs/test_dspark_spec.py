@@ -35,7 +35,7 @@ def verify_constants() -> tuple[torch.Tensor, torch.Tensor, int]:
     src = (LAB / "checks" / "05_verify.py").read_text()
     ns: dict = {"torch": torch}
     start = src.index("P = torch.tensor(")
-    end = src.index("N = 40")
+    end = src.index("\n", src.index("TRIALS, SEED, ALPHA"))
     exec(src[start:end], ns)  # the constants block only
     return ns["P"], ns["Q"], ns["TRIALS"]
 
@@ -118,6 +118,21 @@ def test_lossless_rule_allows_only_near_ties() -> None:
         dc.expect_lossless([5, 6, 9, 8], ref, [1.0] * 4, "x", "h")
     with pytest.raises(dc.Failure):
         dc.expect_lossless([5, 6, 7], ref, [1.0] * 4, "x", "h")
+
+
+def test_teacher_forced_lossless_check_agrees_with_token_by_token_greedy() -> None:
+    (p,) = dc.heldout_prompts(1, "pytest-forced")
+    ref, margins = dc.ref_greedy(p, 16)
+    ties, hidden = dc.expect_greedy(ref, p, 16, "x", "h")
+    assert ties == 0 and hidden.shape[0] == len(p) + 16
+    i = next(j for j, m in enumerate(margins) if m > 10 * dc.TIE)
+    wrong = ref[:i] + [(ref[i] + 1) % 50] + ref[i + 1 :]
+    with pytest.raises(dc.Failure, match=f"token {i} is"):
+        dc.expect_greedy(wrong, p, 16, "x", "h")
+    with pytest.raises(dc.Failure, match="expected exactly 16"):
+        dc.expect_greedy(ref[:-1], p, 16, "x", "h")
+    with pytest.raises(dc.Failure, match="outside the vocabulary"):
+        dc.expect_greedy(ref[:-1] + [10**6], p, 16, "x", "h")
 
 
 def test_reference_loop_is_lossless_deterministic_and_faster_than_mtp1() -> None:

@@ -11,7 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the
 import dsparkcheck as dc  # noqa: E402
 from labkit.check import Failure, main, msg  # noqa: E402
 
-N = 40
+# 16 new tokens on 2 unseen prompts and a fixed one (the check's cost grows with prompts x
+# tokens): an MTP1 run of 16 tokens takes about 10 steps, accepted drafts on every prompt; the
+# fixed prompt "a storm" has its MTP drafts rejected at steps 1-3, so a missing rollback fills
+# the KV cache (or changes a token) on every draw, whatever the unseen prompts do.
+N = 16
+FIXED = "a storm"
 HINT = msg(
     "dspark/baseline.py: greedy_decode() returns exactly n new tokens; mtp1_decode() drafts one token with the "
     "target's MTP head, verifies [last token, draft] in one target pass and rolls the KV cache back on a rejection.",
@@ -22,15 +27,13 @@ HINT = msg(
 
 def check() -> tuple[str, dict[str, float]]:
     target, _, tok = dc.models()
-    prompts = dc.heldout_prompts(3, "baseline") + [tok.encode("the chef", bos=True)]
+    prompts = dc.heldout_prompts(2, "baseline") + [tok.encode(FIXED, bos=True)]
     got = dc.call("baseline", dc.WEIGHTS, prompts, N, hint=HINT)
     ties = 0
     ref_ms, ref_acc, g_ms, m_ms, acc = 0.0, [], 0.0, 0.0, []
     for p, r in zip(prompts, got, strict=True):
-        ref, margins = dc.ref_greedy(p, N)
-        if r["greedy"] != ref:
-            dc.expect_lossless(r["greedy"], ref, [1.0] * N, "greedy_decode()", HINT)
-        ties += dc.expect_lossless(r["mtp1"], ref, margins, "mtp1_decode()", HINT)
+        ties += dc.expect_greedy(r["greedy"], p, N, "greedy_decode()", HINT)[0]
+        ties += dc.expect_greedy(r["mtp1"], p, N, "mtp1_decode()", HINT)[0]
         t, a = dc.ref_mtp1(p, N)
         ref_ms += t / len(prompts)
         ref_acc += a

@@ -7,9 +7,12 @@ The sampling test: a fixed target p and draft q (5 tokens, 2 drafted positions),
 seed SEED; for each emitted position a chi-square goodness-of-fit test against the target's
 distribution at level ALPHA = 1e-4 (df 4: critical value 23.5). Power (``tests/labs/test_dspark_spec.py``
 simulates it): >= 0.999 against a verifier that accepts against the draft's own distribution,
-one with p/q inverted and one that accepts only where p > q; a correct verifier fails with
-probability <= 3e-4 (three tests at 1e-4), for a given seed either always or never. A missing bonus
-(emitted length) and an unnormalised residual (compared directly) are caught deterministically."""
+one with p/q inverted and one that accepts only where p > q (1.0 in 3000 simulated checks of 500
+runs each already); a correct verifier fails with probability <= 3e-4 (three tests at 1e-4), for
+a given seed either always or never. 2000 runs, not more: the runs are the attendee's Python, a
+third of a CPU-second per 1000; a subtle bias (accepting with 0.95 min(1, p/q) + 0.05) is caught
+with probability 0.06 at 2000 runs and 0.5 at 6000, so the test is for gross mistakes either way.
+A missing bonus (emitted length) and an unnormalised residual (compared directly) are caught deterministically."""
 
 from __future__ import annotations
 
@@ -39,8 +42,10 @@ P = torch.tensor(
     dtype=torch.float64,
 )
 Q = torch.tensor([[0.10, 0.20, 0.30, 0.30, 0.10], [0.30, 0.30, 0.20, 0.10, 0.10]], dtype=torch.float64)
-TRIALS, SEED, ALPHA = 6000, 20260, 1e-4
-N = 40
+TRIALS, SEED, ALPHA = 2000, 20260, 1e-4
+# 24 tokens per prompt: 3-8 iterations per run at tau 0, 0.6 and 0.9, each checked for its
+# context, cache position and accepted count (the cost grows with the tokens decoded)
+N = 24
 
 
 def greedy_cases() -> list[tuple[torch.Tensor, list[int], int]]:
@@ -159,8 +164,8 @@ def check() -> tuple[str, dict[str, float]]:
     )
     for i, (tau, p) in enumerate(zip(taus, prompts, strict=True)):
         (r,) = [runs[i]] if runs is not None else dc.call("decode", dc.WEIGHTS, [p], N, tau, hint=HINT)
-        ref, margins = dc.ref_greedy(p, N)
-        tie = dc.expect_lossless(r["tokens"], ref, margins, "dspark_decode()", HINT)
+        tie, full = dc.expect_greedy(r["tokens"], p, N, "dspark_decode()", HINT)
+        ref = r["tokens"]  # the target's greedy decode (up to a near tie, after which nothing is judged)
         ties += tie
         if len(r["passes"]) != len(r["drafts"]):
             raise Failure(
@@ -191,8 +196,6 @@ def check() -> tuple[str, dict[str, float]]:
                 ),
                 [HINT],
             )
-        with torch.no_grad():
-            full = dc.models()[0].hidden(torch.tensor([p + ref]))[0]
         cursor = 1
         for i, (dr, a) in enumerate(zip(r["drafts"], r["accepted"], strict=True)):
             at = r["offsets"][i]

@@ -6,10 +6,13 @@ rules in the step text, independent of ``solution/``); attendee code runs only i
 through ``harness.py``. Prompts are derived from ``LAB_RUN_ID`` (unseen by the attendee, whose
 scripts use seed 0) plus fixed boundary cases.
 
-Ties: the target's greedy decode is computed here one token per pass; a verify pass over several
-tokens computes the same logits in a different order, so the two can differ in the last bits.
-Where the reference's top-2 logit margin is under :data:`TIE` a different token is a near tie,
-counted and reported, not a failure (the solution meets none on the fixed prompts).
+Lossless: :func:`expect_greedy` proves that tokens are the target's greedy decode with one
+target pass over prompt + tokens (teacher forcing): token i must be the target's choice after
+the prompt and tokens 0..i-1, which is what decoding token by token would have chosen, at the
+cost of one pass instead of n. Ties: a pass over many tokens computes the same logits as a pass
+over one token in a different order, so the two can differ in the last bits. Where the top-2
+logit margin is under :data:`TIE` a different token is a near tie, counted and reported, not a
+failure (the solution meets none on the fixed prompts).
 """
 
 from __future__ import annotations
@@ -150,11 +153,48 @@ def expect_lossless(got: list[int], ref: list[int], margins: list[float], what: 
 
 
 @torch.no_grad()
-def prefill_ms(prompt: list[int]) -> float:
+def expect_greedy(got: Any, prompt: list[int], n: int, what: str, hint: str) -> tuple[int, torch.Tensor]:
+    """Failure unless ``got`` is the target's greedy decode of ``n`` tokens after ``prompt`` (up to
+    a near tie, after which nothing is compared); returns (near ties, the target's hidden states
+    over prompt + got from the same pass)."""
     target, _, _ = models()
-    with session() as s:
-        target(torch.tensor([prompt]), target.new_cache(1, len(prompt)))
-        return s.elapsed_ms()
+    toks = [int(t) for t in got] if isinstance(got, list) else []
+    if len(toks) != n:
+        raise Failure(
+            msg(
+                f"{what} returned {len(toks)} tokens, expected exactly {n}.",
+                f"{what} 返回了 {len(toks)} 个 token，应当正好 {n} 个。",
+            ),
+            [hint],
+        )
+    if any(not 0 <= t < target.cfg.vocab_size for t in toks):
+        raise Failure(
+            msg(
+                f"{what} returned token ids outside the vocabulary (0 .. {target.cfg.vocab_size - 1}): {toks}.",
+                f"{what} 返回了词表之外的 token 编号（0 .. {target.cfg.vocab_size - 1}）：{toks}。",
+            ),
+            [hint],
+        )
+    hidden = target.hidden(torch.tensor([prompt + toks]))
+    top = target.logits(hidden[:, len(prompt) - 1 : -1])[0].topk(2, dim=-1)
+    ref = top.indices[:, 0].tolist()
+    margins = (top.values[:, 0] - top.values[:, 1]).tolist()
+    return expect_lossless(toks, ref, margins, what, hint), hidden[0]
+
+
+_PREFILL: dict[tuple[int, ...], float] = {}
+
+
+@torch.no_grad()
+def prefill_ms(prompt: list[int]) -> float:
+    """Emulated time of the prefill (a function of the prompt only: computed once per prompt)."""
+    key = tuple(prompt)
+    if key not in _PREFILL:
+        target, _, _ = models()
+        with session() as s:
+            target(torch.tensor([prompt]), target.new_cache(1, len(prompt)))
+            _PREFILL[key] = s.elapsed_ms()
+    return _PREFILL[key]
 
 
 @torch.no_grad()

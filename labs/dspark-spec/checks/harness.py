@@ -42,16 +42,19 @@ def _ints(xs: Any) -> list[int]:
     return [int(x) for x in xs]
 
 
-def baseline(weights: str, prompts: list[list[int]], n: int) -> list[dict[str, Any]]:
+def baseline(weights: str, prompts: list[list[int]], n: int, greedy: bool = True) -> list[dict[str, Any]]:
+    """Greedy (unless ``greedy`` is False) and MTP1 decoding of each prompt, with emulated TPOT."""
     from dspark.baseline import greedy_decode, mtp1_decode
 
     target, _ = _models(weights)
     out = []
     for p in prompts:
         pre = _prefill_ms(target, p)
-        with _session() as s:
-            g = _ints(greedy_decode(target, list(p), n))
-            tg = s.elapsed_ms()
+        g, tg = [], pre
+        if greedy:
+            with _session() as s:
+                g = _ints(greedy_decode(target, list(p), n))
+                tg = s.elapsed_ms()
         with _session() as s:
             m, st = mtp1_decode(target, list(p), n)
             tm = s.elapsed_ms()
@@ -135,9 +138,13 @@ def verify(
     if sampling is not None:
         p, q, trials, seed = sampling
         gen = torch.Generator().manual_seed(seed)
-        for _ in range(trials):
-            draft = [int(torch.multinomial(q[i], 1, generator=gen)) for i in range(q.shape[0])]
-            a, emitted = verify_sampling(p.clone(), q.clone(), draft, gen)
+        # every trial's draft drawn from q up front, one call per position (a call per token cost
+        # a third of the test); the verifier's own draws then come from the same generator
+        drafts = torch.stack(
+            [torch.multinomial(q[i], trials, replacement=True, generator=gen) for i in range(q.shape[0])], 1
+        ).tolist()
+        for draft in drafts:
+            a, emitted = verify_sampling(p.clone(), q.clone(), [int(x) for x in draft], gen)
             samples.append((int(a), _ints(emitted)))
     return {"greedy": g, "residual": r, "samples": samples}
 
@@ -213,6 +220,11 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
             }
         )
     return out
+
+
+def report_runs(weights: str, prompts: list[list[int]], n: int, tau: float) -> dict[str, Any]:
+    """What the report measures, in one child: MTP1 and the DSpark loop on each prompt."""
+    return {"mtp1": baseline(weights, prompts, n, greedy=False), "dspark": decode(weights, prompts, n, tau)}
 
 
 def figures(

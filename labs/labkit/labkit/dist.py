@@ -1,20 +1,26 @@
 """Run attendee code on N ranks of ``torch.distributed`` (gloo), and judge a hang as a failure.
 
 Threat model and mechanism (as ``labkit.check.runner``): the checker never runs attendee code
-itself. :func:`run_ranks` starts one *supervisor* child (``python -P``, the cleaned environment of
-``labkit.check.child_env``, a new session, the memory / CPU limits and dropped privileges of
-``labkit.check._child``). The supervisor imports torch once, wraps the blocking collectives and
-point-to-point calls of ``torch.distributed`` so each one logs where the rank is, then forks one
-process per rank. Each rank joins a gloo group through a ``file://`` rendezvous of its own (a
-fresh temporary folder per run: no port to collide on), imports the attendee's file, calls the
+itself. :func:`run_ranks` has the check's fork server (:mod:`labkit.check.zygote`, which has
+imported torch once) fork one *supervisor* child, exactly as it forks a ``run_function`` child:
+the cleaned environment of ``labkit.check.child_env``, a new session, the memory / CPU limits,
+death with the fork server and dropped privileges of ``labkit.check._child``. The supervisor
+runs a boot file the checker wrote into the run's private temporary folder (so nothing in the
+attendee's folder can stand in for it), wraps the blocking collectives and point-to-point calls
+of ``torch.distributed`` so each one logs where the rank is, then forks one process per rank. No
+process of the run starts an interpreter or imports torch again: a run costs what the ranks do.
+Each rank joins a gloo group through a ``file://`` rendezvous of its own (the same fresh
+temporary folder: no port to collide on), imports the attendee's file, calls the
 function with ``(rank, world_size, *args)`` and writes its value (``torch.save`` of plain data,
 read back with ``weights_only=True``) or its exception. A rank that returned stays alive (its
 connections stay open) until every rank has returned, so a peer that waits for it hangs rather
 than failing with a connection error.
 
 The checker side polls the ranks' logs. Every process (supervisor and ranks) is in the one
-session started for the run, and that whole process group is killed on every way out: all ranks
-done, a deadlock seen, the hard timeout. A deadlock is declared early when, for ``stall_s``
+session the fork server started for the supervisor, and that whole process group is killed on
+every way out: all ranks done, a deadlock seen, the hard timeout (the fork server kills the
+supervisor's group when asked, again when it reaps it, and, as a child subreaper, any rank that
+left the group). A deadlock is declared early when, for ``stall_s``
 seconds, no rank logged anything and every rank either returned, failed, or waits in a
 collective that cannot complete (the ranks wait in different calls: some rank returned, another
 is in a different collective, or every rank is blocked in ``send``/``recv`` with no matching
@@ -38,7 +44,6 @@ import functools
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +51,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .check.runner import AttendeeError, Frame, _read_capped, child_env, describe_error
+from .check import _child
+from .check.runner import AttendeeError, Frame, _read_capped, describe_error
 from .check.verdict import Failure, msg
 
 __all__ = [
@@ -194,8 +200,6 @@ def _rank_main(rank: int, world: int, a: dict[str, Any], spec: dict[str, Any]) -
     import torch
     import torch.distributed as dist
 
-    from .check import _child
-
     out = a["out_dir"]
     _STATE["fd"] = os.open(
         os.path.join(out, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
@@ -244,20 +248,20 @@ def _rank_main(rank: int, world: int, a: dict[str, Any], spec: dict[str, Any]) -
         signal.pause()
 
 
-def _supervise(argv: list[str]) -> None:
-    """Entry point of the supervisor child (see the module docstring)."""
-    a = json.loads(argv[0])
-    from .check import _child
+#: The supervisor's entry point, written into the run's private folder (``run_function`` mode of
+#: the fork server calls ``main(conf, spec)`` from it).
+BOOT = "from labkit import dist\n\n\ndef main(conf, spec):\n    dist._supervise(conf, spec)\n"
 
-    _child.apply_limits(int(a["memory_mb"]), int(a["cpu_s"]), int(a["parent_pid"]))
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+def _supervise(a: dict[str, Any], spec: dict[str, Any]) -> None:
+    """The supervisor child (see the module docstring); the fork server applied its limits."""
+    lab = os.path.realpath(a["lab_dir"])
+    # torch.distributed before the lab folder is on sys.path: no attendee file can shadow its imports
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and os.path.realpath(p) != lab]
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    spec = torch.load(a["spec"], weights_only=False)  # written by the checker: trusted
-    with contextlib.suppress(OSError):
-        os.unlink(a["spec"])
     _instrument(dist)
     world = int(a["world"])
     me = os.getpid()
@@ -293,6 +297,9 @@ def _supervise(argv: list[str]) -> None:
     for pid in pids:  # reaped here, so their CPU time is accounted to the run
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
     os._exit(0)
 
 
@@ -477,6 +484,16 @@ def diagnose(
     return None
 
 
+def _exited(client: Any, ident: int, wait_s: float) -> bool:
+    """Whether the fork server reported spawn ``ident`` ended, waiting up to ``wait_s``; the report
+    stays queued for :meth:`labkit.check.zygote.Client.wait`."""
+    message = client._wait_for(ident, ("exited",), time.monotonic() + wait_s)
+    if message is None:
+        return False
+    client._pending[ident] = message
+    return True
+
+
 def run_ranks(
     file: str | os.PathLike[str],
     func: str,
@@ -500,36 +517,45 @@ def run_ranks(
     """
     import torch
 
-    from .check.runner import _cpu_limit, _memory_limit
+    from .check import runner, zygote
 
     file = os.fspath(file)
     call = f"{file}: {func}()"
     lab_dir = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="labkit-dist-") as tmp:
-        spec_path = os.path.join(tmp, "spec.pt")
-        torch.save(
-            {
-                "args": tuple(args),
-                "rank_args": [tuple(r) for r in rank_args] if rank_args is not None else None,
-                "kwargs": dict(kwargs),
-                "link_bytes_per_s": link_bytes_per_s,
-            },
-            spec_path,
-        )
+        spec = {
+            "args": tuple(args),
+            "rank_args": [tuple(r) for r in rank_args] if rank_args is not None else None,
+            "kwargs": dict(kwargs),
+            "link_bytes_per_s": link_bytes_per_s,
+        }
         conf = {
             "lab_dir": lab_dir,
             "file": file,
             "func": func,
-            "spec": spec_path,
             "out_dir": tmp,
             "world": int(world_size),
-            "memory_mb": _memory_limit(memory_mb, 1024),
-            "cpu_s": _cpu_limit(timeout),
-            "parent_pid": os.getpid(),
             "gloo_timeout": timeout + 60,
         }
-        boot = "import sys; from labkit import dist; dist._supervise(sys.argv[1:])"
-        argv = [sys.executable, "-P", "-c", boot, json.dumps(conf)]
+        boot_path, call_path = os.path.join(tmp, "supervisor.py"), os.path.join(tmp, "call.pt")
+        with open(boot_path, "w") as fh:
+            fh.write(BOOT)
+        torch.save({"args": (conf, spec), "kwargs": {}}, call_path)
+        # the argv of a run_function child (labkit.check._child: call mode)
+        argv = [
+            lab_dir,
+            boot_path,
+            "main",
+            call_path,
+            os.path.join(tmp, "supervisor.pt"),
+            str(runner._memory_limit(memory_mb, runner.MIN_CALL_MEMORY_MB)),
+            str(runner._cpu_limit(timeout)),
+            "0",  # the parent pid: the fork server puts its own
+        ]
+        # loopback: gloo must not depend on the host name resolving (no network in a lab container)
+        env = runner.child_env(
+            {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+        )
         out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         hang: Hang | None = None
         logs = [os.path.join(tmp, f"rank{r}.log") for r in range(world_size)]
@@ -554,25 +580,23 @@ def run_ranks(
                 evs.append(rank_events(text))
             return evs, size
 
+        _child.set_non_dumpable()
+        client = runner._zygote()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                argv,
-                cwd=lab_dir,
-                # loopback: gloo must not depend on the host name resolving (no network in a lab container)
-                env=child_env(
-                    {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                close_fds=True,
-                start_new_session=True,
-            )
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            try:
+                ident = client.spawn(
+                    "call", argv, cwd=lab_dir, env=env, fds=[devnull, out.fileno(), err.fileno()]
+                )
+            except zygote.ZygoteGone as exc:
+                # the platform's fault: a checker error (exit 2), never a verdict about the attendee
+                raise RuntimeError(f"labkit.dist: {exc}") from exc
+            finally:
+                os.close(devnull)
             start = time.monotonic()
             last_size, last_change = -1, start
             try:
-                while proc.poll() is None:
-                    time.sleep(0.05)
+                while not _exited(client, ident, 0.05):
                     t = time.monotonic()
                     events, size = read_states()
                     if size != last_size:
@@ -599,9 +623,12 @@ def run_ranks(
                         )
                         break
             finally:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                # kills the supervisor's whole process group unless it already ended (then it was reaped)
+                try:
+                    _code, _timed_out, cpu = client.wait(ident, 0)
+                except zygote.ZygoteGone as exc:
+                    raise RuntimeError(f"labkit.dist: {exc}") from exc
+                runner._add_spawned_cpu(cpu)
         events, _ = read_states()
         exits = read_exits()
         ranks = []

@@ -89,6 +89,16 @@ def test_values_from_every_rank(lab: Path) -> None:
     assert [c["op"] for c in calls] == ["all_to_all_single"] and calls[0]["shapes"][1] == [8]
 
 
+def test_the_supervisor_is_forked_by_the_fork_server_and_its_cpu_counted(lab: Path) -> None:
+    from labkit.check import runner
+
+    (lab / "torch.py").write_text("raise SystemExit('an attendee file must not shadow torch')\n")
+    before = runner.spawned_cpu_s()
+    res = ldist.run_ranks("att.py", "pipe", 4)
+    assert res.ok, res.stderr
+    assert runner.spawned_cpu_s() > before  # the ranks' CPU, measured by the fork server
+
+
 def test_rank_args_and_clean_environment(lab: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAB_RUN_ID", "secret-run")
     res = ldist.run_ranks("att.py", "per_rank", 4, rank_args=[(10 * r,) for r in range(4)])
