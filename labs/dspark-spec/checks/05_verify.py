@@ -9,9 +9,9 @@ distribution at level ALPHA = 1e-4 (df 4: critical value 23.5). Power (``tests/l
 simulates it): >= 0.999 against a verifier that accepts against the draft's own distribution,
 one with p/q inverted and one that accepts only where p > q (1.0 in 3000 simulated checks of 500
 runs each already); a correct verifier fails with probability <= 3e-4 (three tests at 1e-4), for
-a given seed either always or never. 2000 runs, not more: the runs are the attendee's Python, a
-third of a CPU-second per 1000; a subtle bias (accepting with 0.95 min(1, p/q) + 0.05) is caught
-with probability 0.06 at 2000 runs and 0.5 at 6000, so the test is for gross mistakes either way.
+a given seed either always or never. 6000 runs, not fewer: a subtle bias (accepting with
+0.95 min(1, p/q) + 0.05) is caught with probability 0.54 at 6000 runs and only 0.06 at 2000; the
+runs are the attendee's Python, a third of a CPU-second per 1000, and that power is worth it.
 A missing bonus (emitted length) and an unnormalised residual (compared directly) are caught deterministically."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ P = torch.tensor(
     dtype=torch.float64,
 )
 Q = torch.tensor([[0.10, 0.20, 0.30, 0.30, 0.10], [0.30, 0.30, 0.20, 0.10, 0.10]], dtype=torch.float64)
-TRIALS, SEED, ALPHA = 2000, 20260, 1e-4
+TRIALS, SEED, ALPHA = 6000, 20260, 1e-4
 # 24 tokens per prompt: 3-8 iterations per run at tau 0, 0.6 and 0.9, each checked for its
 # context, cache position and accepted count (the cost grows with the tokens decoded)
 N = 24
