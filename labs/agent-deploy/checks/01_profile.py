@@ -28,7 +28,7 @@ def check() -> tuple[str, dict]:
     )
     for i, (case, chain) in enumerate(CASES.items()):
         got = batch[i] if batch is not None else ar.run_harness("h_profile", "agent/measure.py", case, ps, n)
-        exp = ar.measure(ar.chain(*chain), ps, n)
+        exp = ar.ref_measure(chain, ps, n)
         expect(
             isinstance(got, dict) and all(k in got for k in exp),
             msg(

@@ -35,8 +35,7 @@ HINTS = {
 def check() -> tuple[str, dict]:
     ps = ar.prompts("fused-ops")
     n = ar.N_TOKENS
-    ref_tokens = ar.tokens(ar.fresh(), ps, n)
-    eager = ar.fresh()
+    ref_tokens = ar.ref_tokens_all(ar.EAGER, ps, n)
     seqs = [list(p) + t for p, t in zip(ps, ref_tokens, strict=True)]
     res = ar.run_harness("h_fused", "skills/fused_ops.py", ps, n, seqs)
     spec = res["skill"].get("verify", {})
@@ -57,7 +56,7 @@ def check() -> tuple[str, dict]:
     )
     worst = 0.0
     for s, lc in zip(seqs, res["logits"], strict=True):
-        la = eager.teacher_logits(s)
+        la = ar.ref_teacher(ar.EAGER, s)
         worst = max(worst, float((lc - la).abs().max() / la.abs().max()))
     expect(
         worst <= 1e-4,
@@ -83,7 +82,7 @@ def check() -> tuple[str, dict]:
                 ),
                 list(HINTS.values()),
             )
-    exp_m = ar.measure(ar.chain("fused_ops"), ps, n)
+    exp_m = ar.ref_measure(("fused_ops",), ps, n)
     got_m = res["measure"]
     expect(
         got_m["launches_per_token"] <= exp_m["launches_per_token"] + 1e-9
@@ -118,7 +117,7 @@ def check() -> tuple[str, dict]:
             "它必须比较候选模型与参考模型的 token，而不是把一个模型和它自己比较。",
         ),
     )
-    base = ar.measure(ar.fresh(), ps, n)
+    base = ar.ref_measure(ar.EAGER, ps, n)
     gain = base["ms_per_token"] / got_m["ms_per_token"]
     return (
         msg(

@@ -19,8 +19,8 @@ KEEP = ("embed", "router", "lm_head", "norm", "mtp")
 def check() -> tuple[str, dict]:
     ps = ar.prompts("quantize")
     n = ar.N_TOKENS
-    ref = ar.chain("fused_ops", "graph_mode")
-    seqs = [list(p) + ref.generate(p, n) for p in ps]
+    ref = ("fused_ops", "graph_mode")
+    seqs = [list(p) + t for p, t in zip(ps, ar.ref_tokens_all(ref, ps, n), strict=True)]
     res = ar.run_harness("h_quant", "skills/quant_mx.py", ps, n, seqs)
     spec = res["skill"].get("verify", {})
     expect(
@@ -58,11 +58,11 @@ def check() -> tuple[str, dict]:
         )
     num = den = 0.0
     for s, lc in zip(seqs, res["logits"], strict=True):
-        la = ref.teacher_logits(s)
+        la = ar.ref_teacher(ref, s)
         num += float((lc - la).pow(2).sum())
         den += float(la.pow(2).sum())
     value = math.sqrt(num / den)
-    broken = ar.rel_rms(ref, ar.quant_all_fp4(ref.clone()), ps, n)
+    broken = ar.ref_rel_rms(ref, (*ref, "quant_mxfp4_all"), ps, n)
     good, bad = res["verify_good"], res["verify_broken"]
     expect(
         isinstance(good, dict)
@@ -97,7 +97,7 @@ def check() -> tuple[str, dict]:
                 )
             ],
         )
-    exp_m = ar.measure(ar.chain("fused_ops", "graph_mode", "quant_mx"), ps, n)
+    exp_m = ar.ref_measure(ar.QUANT, ps, n)
     got_m = res["measure"]
     expect(
         got_m["weight_bytes"] == exp_m["weight_bytes"]
@@ -109,7 +109,7 @@ def check() -> tuple[str, dict]:
             f"{exp_m['weight_bytes']} B、{exp_m['ms_per_token']:.4f} ms/token。",
         ),
     )
-    before = ar.measure(ref, ps, n)
+    before = ar.ref_measure(ref, ps, n)
     return (
         msg(
             f"Quantisation passes its gate (logits error {value:.3g} <= {tol:g}; all-MXFP4 {broken:.3g} is stopped): "

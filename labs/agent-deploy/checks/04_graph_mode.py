@@ -40,13 +40,13 @@ def check() -> tuple[str, dict]:
             '图模式改变的是 kernel 的下发方式，而不是数学计算：SKILL["verify"] 应为 {"kind": "tokens"}。',
         ),
     )
-    ref_tokens = ar.tokens(ar.fresh(), ps, n)
+    ref_tokens = ar.ref_tokens_all(ar.EAGER, ps, n)
     expect(
         res["tokens"] == ref_tokens,
         msg("With graph mode the tokens changed; they must not.", "开启图模式后 token 变了；它们不应改变。"),
     )
-    before = ar.measure(ar.chain("fused_ops"), ps, n)
-    after = ar.measure(ar.chain("fused_ops", "graph_mode"), ps, n)
+    before = ar.ref_measure(("fused_ops",), ps, n)
+    after = ar.ref_measure(("fused_ops", "graph_mode"), ps, n)
     expect(
         ar.close(res["measure"]["ms_per_token"], after["ms_per_token"]),
         msg(

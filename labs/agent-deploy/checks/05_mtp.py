@@ -14,10 +14,9 @@ from labkit.check import Failure, expect, main, msg  # noqa: E402
 
 
 def check() -> tuple[str, dict]:
-    ps = ar.prompts("mtp")
+    ps = ar.prompts("mtp", margins=(ar.EAGER, ar.QUANT))
     n = ar.N_TOKENS
-    base = ar.chain("fused_ops", "graph_mode", "quant_mx")
-    want = ar.tokens(base, ps, n)
+    want = ar.ref_tokens_all(ar.QUANT, ps, n)
     res = ar.run_harness("h_mtp", "skills/mtp.py", ps, n)
     expect(
         res["state"]["decode"] == "generate_mtp",
@@ -65,7 +64,7 @@ def check() -> tuple[str, dict]:
                 )
             ],
         )
-    eager_want = ar.tokens(ar.fresh(), ps, n)
+    eager_want = ar.ref_tokens_all(ar.EAGER, ps, n)
     expect(
         res["eager_tokens"] == eager_want,
         msg(
@@ -83,11 +82,11 @@ def check() -> tuple[str, dict]:
             "应来自最后一个*被接受*位置的隐藏状态（草稿被接受时是 hidden[1]）。",
         ),
     )
-    before = ar.measure(base, ps, n)
+    before = ar.ref_measure(ar.QUANT, ps, n)
     got_ms = res["measure"]["ms_per_token"]
     # faster than no speculation, or (on prompts where even the reference skill gains nothing) as
     # cheap as the reference skill: acceptance varies from prompt to prompt
-    ref_ms = ar.measure(ar.chain("fused_ops", "graph_mode", "quant_mx", "mtp"), ps, n)["ms_per_token"]
+    ref_ms = ar.ref_measure((*ar.QUANT, "mtp"), ps, n)["ms_per_token"]
     expect(
         got_ms < before["ms_per_token"] or got_ms <= ref_ms * (1 + 1e-4),
         msg(

@@ -50,8 +50,8 @@ def check() -> tuple[str, dict]:
             "拒绝之后 try_skill 返回的模型带着改动；它应返回应用技能之前的模型。",
         ),
     )
-    base = ar.chain("fused_ops", "graph_mode", "quant_mx")
-    value = ar.rel_rms(base, ar.quant_all_fp4(base.clone()), ps, n)
+    graph = ("fused_ops", "graph_mode")  # the broken skill is tried on the graph-mode model
+    value = ar.ref_rel_rms(graph, (*graph, "quant_mxfp4_all"), ps, n)
     w = _why(d)
     expect(
         w.get("code") == "verification"
@@ -70,9 +70,8 @@ def check() -> tuple[str, dict]:
     # 2. verifies but gains nothing
     s = res["slow"]
     d = s["decision"]
-    fused = ar.chain("fused_ops")
-    b_ms = ar.measure(fused, ps, n)["ms_per_token"]
-    a_ms = ar.measure(ar.unfused_norm(fused.clone()), ps, n)["ms_per_token"]
+    b_ms = ar.ref_measure(("fused_ops",), ps, n)["ms_per_token"]
+    a_ms = ar.ref_measure(("fused_ops", "eager_gating"), ps, n)["ms_per_token"]
     expect(
         d.get("decision") == "reject" and s["returned_state"] == s["model_state_before"],
         msg(
@@ -95,7 +94,7 @@ def check() -> tuple[str, dict]:
     # 3. a good skill is kept
     g = res["good"]
     d = g["decision"]
-    after = ar.measure(ar.chain("fused_ops", "graph_mode"), ps, n)["ms_per_token"]
+    after = ar.ref_measure(("fused_ops", "graph_mode"), ps, n)["ms_per_token"]
     expect(
         d.get("decision") == "accept" and g["returned_state"]["graph"] is True,
         msg(

@@ -68,7 +68,7 @@ def _num(x: object) -> float | None:
 
 
 def check() -> tuple[str, dict]:
-    ps = ar.prompts("staged-table")
+    ps = ar.prompts("staged-table", margins=(ar.EAGER, ar.QUANT))
     n = ar.N_TOKENS
     res = ar.run_harness("h_workflow", "agent/runner.py", ps, n, timeout=240)
     _show_attendee_tables(res["files"] if isinstance(res.get("files"), dict) else {})
@@ -89,8 +89,8 @@ def check() -> tuple[str, dict]:
     )
     kept: list[str] = []
     baseline = None
-    cur = ar.chain()
-    cur_m = ar.measure(cur, ps, n)
+    cur: tuple[str, ...] = ()  # the reference skills kept so far, in the logged order
+    cur_m = ar.ref_measure(cur, ps, n)
     stages = [("baseline", cur_m["ms_per_token"])]
     for i, d in enumerate(hist, 1):
         name = d["skill"]
@@ -111,17 +111,18 @@ def check() -> tuple[str, dict]:
         )
         if baseline is None:
             baseline = b
-        cand = ar.SKILLS[name](cur.clone())
-        cand.applied.append(name)
+        cand = (*cur, name)
         v = d.get("verify") or {}
         if name == "quant_mxfp4_all" or v.get("kind") == "logits":
-            value = ar.rel_rms(cur, cand, ps, n)
+            value = ar.ref_rel_rms(cur, cand, ps, n)
             ok = value <= float(v.get("tol", -1))
         else:
             value = float(
                 sum(
                     x != y
-                    for a, c in zip(ar.tokens(cur, ps, n), ar.tokens(cand, ps, n), strict=True)
+                    for a, c in zip(
+                        ar.ref_tokens_all(cur, ps, n), ar.ref_tokens_all(cand, ps, n), strict=True
+                    )
                     for x, y in zip(a, c, strict=False)
                 )
             )
@@ -147,7 +148,7 @@ def check() -> tuple[str, dict]:
                 ),
             )
             continue
-        cand_m = ar.measure(cand, ps, n)
+        cand_m = ar.ref_measure(cand, ps, n)
         a = _num((d.get("after") or {}).get("ms_per_token"))
         sp = _num(d.get("speedup"))
         expect(

@@ -44,32 +44,35 @@ def run_seed(step: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{rid}/{step}".encode()).digest()[:4], "little")
 
 
-def _margins_ok(model: DeployModel, p: list[int], n: int, min_margin: float = 2e-3) -> bool:
-    """True when greedy decoding of ``p`` has no near tie (top-2 logits within ``min_margin``)
-    for ``n`` tokens: a prompt where fused and eager ops could round to different tokens is not
-    used to judge anyone."""
-    seq = list(p) + model.generate(p, n)
-    logits = model.teacher_logits(seq)[len(p) - 1 : len(p) - 1 + n]
+def _margins_ok(names: tuple[str, ...], p: list[int], n: int, min_margin: float = 2e-3) -> bool:
+    """True when greedy decoding of ``p`` on the reference model ``names`` has no near tie (top-2
+    logits within ``min_margin``) for ``n`` tokens: a prompt where fused and eager ops could round
+    to different tokens is not used to judge anyone."""
+    seq = list(p) + ref_tokens(names, p, n)
+    logits = ref_teacher(names, seq)[len(p) - 1 : len(p) - 1 + n]
     top2 = logits.topk(2, dim=-1).values
     return bool((top2[:, 0] - top2[:, 1]).min() >= min_margin)
 
 
-def prompts(step: str, k: int = 2) -> list[list[int]]:
+#: the reference models whose greedy tokens a step compares with another model's: the eager one
+#: for every step that compares tokens (fused ops, graph mode, rollback), the quantised one where
+#: MTP's tokens are compared with it (its two-token steps round differently from one-token steps)
+EAGER: tuple[str, ...] = ()
+QUANT = ("fused_ops", "graph_mode", "quant_mx")
+
+
+def prompts(step: str, k: int = 2, margins: tuple[tuple[str, ...], ...] = (EAGER,)) -> list[list[int]]:
     """``k`` prompts from the run id (corpus sentences of random topics and lengths, 6-40
-    words) with no near tie on the eager or the quantised model, plus the fixed shortest case:
+    words) with no near tie on the reference models ``margins``, plus the fixed shortest case:
     ``<bos>`` and one word."""
     _, tok = base_and_tok()
-    models = [
-        fresh(),
-        chain("fused_ops", "graph_mode", "quant_mx"),
-    ]  # no near tie before or after quantisation
     rng = random.Random(run_seed(step))
     out: list[list[int]] = []
     while len(out) < k:
         topic = rng.choice(corpus.topics())
         words = " ".join(corpus.make_sentence(topic, rng) for _ in range(8)).split()
         p = tok.encode(" ".join(words[: rng.randint(6, 40)]), bos=True)
-        if all(_margins_ok(m, p, N_TOKENS) for m in models):
+        if all(_margins_ok(m, p, N_TOKENS) for m in margins):
             out.append(p)
     short = tok.encode("the", bos=True)
     out.append(short)
@@ -184,36 +187,51 @@ SKILLS = {
 }
 
 
+#: the reference skills plus the checker's own "slower" skill (step 6), by name for :func:`chain`
+CHAIN_SKILLS = {**SKILLS, "eager_gating": unfused_norm}
+
+
 def chain(*names: str) -> DeployModel:
     m = fresh()
     for n in names:
-        m = SKILLS[n](m.clone())
+        m = CHAIN_SKILLS[n](m.clone())
         m.applied.append(n)
     return m
 
 
 # -- measurement -----------------------------------------------------------------------------------
-def measure(model: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> dict[str, Any]:
+def _charged(model: DeployModel, p: list[int], n: int) -> tuple[float, int, float, float]:
+    """One generation of ``p`` inside an emulation session: (elapsed ms, launches, flops, bytes)."""
+    with emu.session(PROFILE, measurer=False) as s:
+        model.generate(p, n)
+    rep = s.report()
+    return (
+        rep.elapsed_ms,
+        rep.launches,
+        sum(o.flops for o in rep.ops.values()),
+        sum(o.bytes for o in rep.ops.values()),
+    )
+
+
+def _figures(
+    runs: list[tuple[float, int, float, float]], n: int, graph: bool, weight_bytes: int
+) -> dict[str, Any]:
     total, launches, tokens = 0.0, 0, 0
     flops = nbytes = 0.0
-    for p in ps:
-        model.generate(p, n)
-        with emu.session(PROFILE, measurer=False) as s:
-            model.generate(p, n)
-        rep = s.report()
-        total += rep.elapsed_ms
-        launches += rep.launches
+    for ms, la, fl, nb in runs:
+        total += ms
+        launches += la
         tokens += n - 1
-        flops += sum(o.flops for o in rep.ops.values())
-        nbytes += sum(o.bytes for o in rep.ops.values())
+        flops += fl
+        nbytes += nb
     prof = emu.get_profile(PROFILE)
     scale = emu.DEFAULT_SCALE
     lpt = launches / tokens
-    launch_s = (prof.graph_launch_overhead if model.graph else prof.launch_overhead).value
+    launch_s = (prof.graph_launch_overhead if graph else prof.launch_overhead).value
     out = {
         "ms_per_token": total / tokens,
         "launches_per_token": lpt,
-        "weight_bytes": model.weight_bytes(),
+        "weight_bytes": weight_bytes,
         "launch_ms": lpt * launch_s * 1e3,
         "compute_ms": flops / tokens / (prof.peak("fp16") * scale) * 1e3,
         "memory_ms": nbytes / tokens / (prof.hbm_bandwidth.value * scale) * 1e3,
@@ -221,6 +239,22 @@ def measure(model: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> dict[
     parts = {k: out[f"{k}_ms"] for k in ("launch", "compute", "memory")}
     out["bound"] = max(parts, key=lambda k: parts[k])
     return out
+
+
+def measure(model: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> dict[str, Any]:
+    """Steady-state figures of ``model``: each prompt once to warm up, once charged."""
+    return measure_and_tokens(model, ps, n)[0]
+
+
+def measure_and_tokens(
+    model: DeployModel, ps: list[list[int]], n: int = N_TOKENS
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """:func:`measure`, and the greedy tokens of each prompt (its warm-up run's)."""
+    runs, toks = [], []
+    for p in ps:
+        toks.append(model.generate(p, n))
+        runs.append(_charged(model, p, n))
+    return _figures(runs, n, model.graph, model.weight_bytes()), toks
 
 
 def rel_rms(ref: DeployModel, cand: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> float:
@@ -235,6 +269,69 @@ def rel_rms(ref: DeployModel, cand: DeployModel, ps: list[list[int]], n: int = N
 
 def tokens(model: DeployModel, ps: list[list[int]], n: int = N_TOKENS) -> list[list[int]]:
     return [model.generate(p, n) for p in ps]
+
+
+# -- the checker's reference runs, each computed once per check ---------------------------------------
+# A check asks for the same reference run several times (the prompt draw's margins, the tokens a
+# skill must keep, the steady-state figures); each is computed once, in this process's memory:
+# the checker is a new process on every press, so nothing outlives the check or comes from a file.
+_REF_MODELS: dict[tuple[str, ...], DeployModel] = {}
+_REF_TOKENS: dict[tuple[Any, ...], list[int]] = {}
+_REF_TEACHER: dict[tuple[Any, ...], torch.Tensor] = {}
+_REF_CHARGED: dict[tuple[Any, ...], tuple[float, int, float, float]] = {}
+
+
+def ref(names: tuple[str, ...]) -> DeployModel:
+    """The checker's model after the reference skills ``names`` (one instance per check: clone it
+    before changing anything)."""
+    if names not in _REF_MODELS:
+        _REF_MODELS[names] = chain(*names)
+    return _REF_MODELS[names]
+
+
+def ref_tokens(names: tuple[str, ...], p: list[int], n: int = N_TOKENS) -> list[int]:
+    key = (names, tuple(p), n)
+    if key not in _REF_TOKENS:
+        _REF_TOKENS[key] = ref(names).generate(p, n)
+    return list(_REF_TOKENS[key])
+
+
+def ref_tokens_all(names: tuple[str, ...], ps: list[list[int]], n: int = N_TOKENS) -> list[list[int]]:
+    return [ref_tokens(names, p, n) for p in ps]
+
+
+def ref_teacher(names: tuple[str, ...], seq: list[int]) -> torch.Tensor:
+    key = (names, tuple(seq))
+    if key not in _REF_TEACHER:
+        _REF_TEACHER[key] = ref(names).teacher_logits(seq)
+    return _REF_TEACHER[key]
+
+
+def ref_measure(names: tuple[str, ...], ps: list[list[int]], n: int = N_TOKENS) -> dict[str, Any]:
+    """:func:`measure` of ``ref(names)``: the warm-up of a prompt is its reference generation
+    (on the same model object, so every shape it charges is compiled), then one charged run."""
+    runs = []
+    for p in ps:
+        key = (names, tuple(p), n)
+        if key not in _REF_CHARGED:
+            ref_tokens(names, p, n)
+            _REF_CHARGED[key] = _charged(ref(names), p, n)
+        runs.append(_REF_CHARGED[key])
+    m = ref(names)
+    return _figures(runs, n, m.graph, m.weight_bytes())
+
+
+def ref_rel_rms(
+    names: tuple[str, ...], cand: tuple[str, ...], ps: list[list[int]], n: int = N_TOKENS
+) -> float:
+    """:func:`rel_rms` of the reference model ``cand`` against ``names``."""
+    num = den = 0.0
+    for p in ps:
+        seq = list(p) + ref_tokens(names, p, n)
+        a, b = ref_teacher(names, seq), ref_teacher(cand, seq)
+        num += float((b - a).pow(2).sum())
+        den += float(a.pow(2).sum())
+    return math.sqrt(num / den)
 
 
 def close(a: float, b: float, rel: float = 1e-4) -> bool:
