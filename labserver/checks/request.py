@@ -65,7 +65,7 @@ def check_request(
     seconds (default: the step's wall budget from its recorded cost,
     :func:`labserver.checks.timeouts.wall_budget`); ``meter`` reads what it uses (base.CheckMeter)."""
     if timeout_s is None:
-        timeout_s = wall_budget(step.spec.timeout_s, lab.costs.get(step.id))
+        timeout_s = wall_budget(step.spec.timeout_s, lab.costs.get(step.id), ref.backend)
     return CheckRequest(
         lab_id=lab.id,
         step_id=step.id,

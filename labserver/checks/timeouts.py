@@ -7,7 +7,9 @@ check's processes (:class:`~labserver.backends.base.CheckUsage`).
 :func:`wall_budget`: the wall time a check gets
 ------------------------------------------------
 - A step without a recorded cost gets its ``timeout_s``, as before.
-- A step with a recorded cost ``c`` gets ``max(BUDGET_FLOOR_S, BUDGET_FACTOR x c)`` seconds, never
+- A step with a recorded cost ``c`` gets ``max(BUDGET_FLOOR_S, BUDGET_FACTOR x c)`` seconds, plus
+  what its backend needs before the checker runs (``START_ALLOWANCE_S``: 0 on the local backend,
+  whose check runner is ready before the clock starts; 60 s for a grader container), never
   more than its ``timeout_s``: a correct solution needs ``c`` CPU-seconds, so ten times that is
   room for a machine ten times busier than the one that recorded it, while a check whose attendee
   code sleeps or loops ends in seconds, not in the minute of its ``timeout_s`` (four such checks
@@ -56,17 +58,23 @@ __all__ = ["LINT_FACTOR", "Blame", "blame", "wall_budget"]
 
 BUDGET_FLOOR_S = 10.0
 BUDGET_FACTOR = 10.0
+#: Seconds a backend needs before the checker itself runs, added to the budget: a Docker or
+#: Kubernetes check starts a grader and its fork server (one torch import) inside the time it gets;
+#: the local backend's check runner is started (or found warm) before the clock starts.
+START_ALLOWANCE_S = {"local": 0.0}
+DEFAULT_START_ALLOWANCE_S = 60.0
 STARVED_SHARE = 0.5
 MIN_WAIT_SHARE = 0.25
 NEEDS_FACTOR = 2.0
 CPU_BUDGET_FACTOR = 5.0
 
 
-def wall_budget(timeout_s: float, cost_s: float | None) -> float:
-    """The wall time (seconds) a check of a step gets (module rules)."""
+def wall_budget(timeout_s: float, cost_s: float | None, backend: str = "local") -> float:
+    """The wall time (seconds) a check of a step gets on ``backend`` (module rules)."""
     if cost_s is None:
         return timeout_s
-    return min(timeout_s, max(BUDGET_FLOOR_S, BUDGET_FACTOR * cost_s))
+    start = START_ALLOWANCE_S.get(backend, DEFAULT_START_ALLOWANCE_S)
+    return min(timeout_s, start + max(BUDGET_FLOOR_S, BUDGET_FACTOR * cost_s))
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,9 @@ def test_the_wall_budget_comes_from_the_recorded_cost_never_above_timeout() -> N
     assert wall_budget(60, 3.0) == 30  # 10x the cost
     assert wall_budget(60, 16.0) == 60  # never above timeout_s
     assert wall_budget(5, 0.1) == 5
+    # a grader container starts (and imports torch) inside the time its check gets
+    assert wall_budget(600, 0.2, "docker") == 70 and wall_budget(600, 3.0, "kubernetes") == 90
+    assert wall_budget(60, 0.2, "docker") == 60
 
 
 @pytest.mark.parametrize(
