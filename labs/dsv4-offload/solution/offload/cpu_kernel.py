@@ -69,10 +69,10 @@ class CpuExperts:
     def expert(self, layer: int, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` of ``layer`` on host activations ``x [n, D]`` -> ``[n, D]`` (MXFP4 x Q8_0)."""
         w_gu, w_d = self.weights(layer, e)
-        h = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(x)) @ w_gu.T
+        h = mxfp4.round_trip_q8_0(x) @ w_gu.T
         g, u = h.chunk(2, dim=-1)
         a = torch.nn.functional.silu(g) * u
-        y = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(a)) @ w_d.T
+        y = mxfp4.round_trip_q8_0(a) @ w_d.T
         n = x.shape[0]
         session = emu.current()
         if session is not None:  # a GEMV per token: the weights stream from DRAM n times
