@@ -237,3 +237,16 @@ def test_check_inputs_depend_on_the_run(monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.setenv("LAB_RUN_ID", run)
         seeds.add(dc.run_seed("prompts"))
     assert len(seeds) == 4
+
+
+def test_the_q8_0_round_trip_in_one_pass_is_bit_for_bit_the_two_steps() -> None:
+    """The CPU kernel and the checker's reference use ``round_trip_q8_0`` (one pass, issue 30):
+    it must give exactly what quantising to Q8_0 and back gives, all-zero blocks and large,
+    tiny and mixed magnitudes included."""
+    g = torch.Generator().manual_seed(0)
+    for rows, cols in [(1, 64), (7, 64), (30, 32)]:
+        for scale in (1e-3, 1.0, 50.0, 1e4):
+            x = torch.randn(rows, cols, generator=g) * scale
+            x[0, :32] = 0.0
+            x[-1, -32:] *= 1e-6
+            assert torch.equal(mxfp4.round_trip_q8_0(x), mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(x)))

@@ -62,3 +62,17 @@ def test_checks_derive_unseen_inputs_from_the_run_id(monkeypatch) -> None:  # ty
     a = kc.run_seed("x")
     monkeypatch.setenv("LAB_RUN_ID", "b")
     assert kc.run_seed("x") != a and 1 not in (a, kc.run_seed("x"))
+
+
+def test_a_remembered_prefill_is_what_prefill_batch_computes_and_stays_fresh() -> None:
+    """The checkers hand their prefills to the child that runs the attendee's report
+    (``dsa.remember_prefill``): the report then decodes from exactly what it would have computed,
+    in tensors of its own (what it does to them cannot reach the checker's copy)."""
+    model = dsa.ToyDSA()
+    tokens = dsa.make_batch(3, 2, 64)
+    kv, idx = dsa.prefill_batch(model, tokens)
+    dsa.remember_prefill(model.cfg, tokens[1:], kv[1:], idx[1:])
+    again = dsa.prefill_batch(model, tokens)
+    assert torch.equal(again[0], kv) and torch.equal(again[1], idx)
+    again[0].zero_()
+    assert torch.equal(dsa.prefill_batch(model, tokens[1:])[0], kv[1:])

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the
 import dsv4check as dc  # noqa: E402
 from labkit.check import Failure, main, msg  # noqa: E402
 
+PROMPT = 32
 BASE = {"KT_NUM_GPU_EXPERTS": 32, "KT_DYNAMIC_RESIDENT": 0, "KT_PREFILL_STREAM": 0}
 HINT = msg(
     "In OffloadEngine.moe(), with KT_SIDE_STREAM set: the CPU work must be issued on a side stream before the card's "
@@ -21,12 +22,19 @@ HINT = msg(
 
 
 def check() -> tuple[str, dict[str, float]]:
-    reqs = dc.requests(2, 40, 12)
-    ref, _ = dc.reference_logits(reqs, 40)
+    # the order of the streams is a property of every MoE call: a prompt of 32 tokens and 6 decode
+    # steps shows both kinds (a prefill batch, single tokens), as two prompts of 40 + 12 did
+    reqs = dc.requests(1, PROMPT, 6)
+    ref, _ = dc.reference_logits(reqs, PROMPT)
     runs = dc.serve_all(
         [
-            {"reqs": reqs, "prefill_len": 40, "overrides": {**BASE, "KT_SIDE_STREAM": 0}, "logits": False},
-            {"reqs": reqs, "prefill_len": 40, "overrides": {**BASE, "KT_SIDE_STREAM": 1}, "trace": True},
+            {
+                "reqs": reqs,
+                "prefill_len": PROMPT,
+                "overrides": {**BASE, "KT_SIDE_STREAM": 0},
+                "logits": False,
+            },
+            {"reqs": reqs, "prefill_len": PROMPT, "overrides": {**BASE, "KT_SIDE_STREAM": 1}, "trace": True},
         ],
         HINT,
     )

@@ -295,9 +295,9 @@ def cpu_experts_sum(
             blocks, scales = ckpt().expert_codes(layer, proj)
             ws.append(mxfp4.dequantize(mxfp4.unpack_consecutive(blocks[proj_e]), scales[proj_e]))
         x = m[r]
-        h = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(x)) @ ws[0].T
+        h = mxfp4.round_trip_q8_0(x) @ ws[0].T
         gate, up = h.chunk(2, dim=-1)
         a = torch.nn.functional.silu(gate) * up
-        y = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(a)) @ ws[1].T
+        y = mxfp4.round_trip_q8_0(a) @ ws[1].T
         out = out.index_add(0, r, y * w[r, col, None])
     return out

@@ -127,9 +127,12 @@ def check() -> tuple[str, dict[str, float]]:
     small = [adversarial(r, 30, K, r.choice([2 * K, 4 * K, 9 * K])) for _ in range(3)]
     streams = model_streams + small
     jobs = [(policy, n) for policy in ("lru", "fifo") for n in (K, 4 * K)]
-    for (policy, n_slots), plans in zip(jobs, kc.harness("replays", jobs, streams, hint=HINT), strict=False):
+    calls = kc.Calls(
+        [("replays", [jobs, streams]), ("many", ["kvoff.pool", "hit_rates", [([trace, SIZES], {})]])], HINT
+    )
+    for (policy, n_slots), plans in zip(jobs, calls[0], strict=False):
         verify(policy, n_slots, streams, plans)
-    rates = kc.harness("many", "kvoff.pool", "hit_rates", [([trace, SIZES], {})], hint=HINT)[0]
+    rates = calls[1][0]
     table = []
     for policy in ("lru", "fifo"):
         for n in SIZES:

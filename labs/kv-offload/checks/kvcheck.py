@@ -58,11 +58,61 @@ def harness(func: str, *args: Any, hint: str, timeout: float = 120) -> Any:
     return res.unwrap(hint)
 
 
-def decode(
-    kind: str, tokens: torch.Tensor, opts: dict[str, Any], hint: str, warmup: int = 0
-) -> dict[str, Any]:
-    out: dict[str, Any] = harness("decode", kind, tokens, PROMPT, opts, warmup, hint=hint)
-    return out
+class Calls:
+    """Several harness calls in one child process (one fork, one import of the attendee's
+    package). When the attendee's code raises in any of them, each call runs again in its own
+    child when its result is asked for, so the checker reports the same failure, in the same
+    order, as with one child per call."""
+
+    def __init__(self, calls: list[tuple[str, list[Any]]], hint: str, timeout: float = 120):
+        self.calls, self.hint, self.timeout = calls, hint, timeout
+        res = run_function(HARNESS, "each", calls, timeout=timeout * len(calls), memory_mb=3072)
+        ok = res.error is None and isinstance(res.value, list) and len(res.value) == len(calls)
+        self.values: list[Any] | None = res.value if ok else None
+
+    def __getitem__(self, i: int) -> Any:
+        if self.values is not None:
+            return self.values[i]
+        func, args = self.calls[i]
+        return harness(func, *args, hint=self.hint, timeout=self.timeout)
+
+
+def prefill(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts' (KV, indexer keys) of ``tokens`` ``[B, PROMPT + T]``, computed here (trusted)
+    once for the checker's reference and every child that decodes the same texts."""
+    return dsa.prefill_batch(dsa.ToyDSA(CFG), tokens[:, :PROMPT])
+
+
+def tiled(
+    seed: int, distinct: int, batch: int, n_steps: int
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """``batch`` rows of ``PROMPT + n_steps`` tokens made of ``distinct`` unseen texts in turn
+    (A B C D A B ...), and their prefill: each text is prefilled once."""
+    texts = dsa.make_batch(seed, distinct, PROMPT + n_steps)
+    kv, idx = prefill(texts)
+    rows = torch.arange(batch) % distinct
+    return texts[rows], (kv[rows], idx[rows])
+
+
+def reference(tokens: torch.Tensor, pre: tuple[torch.Tensor, torch.Tensor]) -> dsa.DecodeResult:
+    """The baseline decode (the whole KV in one tensor) of ``tokens`` from the prefill ``pre``."""
+    return dsa.run_decode(dsa.ToyDSA(CFG), *pre, tokens[:, PROMPT:], dsa.ReferenceKV())
+
+
+def run_call(call: tuple[str, list[Any]], hint: str, timeout: float = 120) -> Any:
+    """One :class:`Calls` entry in a child of its own."""
+    return harness(call[0], *call[1], hint=hint, timeout=timeout)
+
+
+def decode_call(
+    kind: str,
+    tokens: torch.Tensor,
+    pre: tuple[torch.Tensor, torch.Tensor],
+    opts: dict[str, Any] | None = None,
+    warmup: int = 0,
+) -> tuple[str, list[Any]]:
+    """A :class:`Calls` entry: the attendee's store ``kind`` decoding ``tokens`` from ``pre``."""
+    return ("decode", [kind, tokens, PROMPT, opts or {}, warmup, pre])
 
 
 def compare_logits(got: dict[str, Any], ref: torch.Tensor, what: str, hint: str) -> float:
@@ -168,5 +218,6 @@ def ref_overlap(trace: torch.Tensor) -> float:
 
 
 def model_trace(seed: int, batch: int, n_steps: int) -> torch.Tensor:
+    """The indexer's top-k ``[n_steps, groups, batch, k]`` decoding ``batch`` unseen texts."""
     tokens = dsa.make_batch(seed, batch, PROMPT + n_steps)
-    return dsa.reference_decode(dsa.ToyDSA(CFG), tokens, PROMPT).trace
+    return reference(tokens, prefill(tokens)).trace

@@ -35,12 +35,19 @@ def _store(kind: str, opts: dict[str, Any]) -> Any:
 
 
 def decode(
-    kind: str, tokens: torch.Tensor, prompt_len: int, opts: dict[str, Any], warmup: int = 0
+    kind: str,
+    tokens: torch.Tensor,
+    prompt_len: int,
+    opts: dict[str, Any],
+    warmup: int = 0,
+    prefill: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """The attendee's KV store ``kind`` on ``tokens`` ``[B, prompt+T]``: logits, trace and the
-    emulated report (or ``{"oom": message}`` when the device ran out of memory)."""
+    emulated report (or ``{"oom": message}`` when the device ran out of memory). ``prefill``:
+    the prompt's (KV, indexer keys) as the checker computed them with ``dsa.prefill_batch``
+    (trusted, not charged by the emulator), so the same text is not prefilled twice."""
     model = dsa.ToyDSA()
-    kv, idx = dsa.prefill_batch(model, tokens[:, :prompt_len])
+    kv, idx = prefill if prefill is not None else dsa.prefill_batch(model, tokens[:, :prompt_len])
     store = _store(kind, opts)
     with emu.session(dsa.LAB_PROFILE, graph_mode=True, scale=dsa.LAB_SCALE, measurer=False) as s:
         try:
@@ -96,3 +103,18 @@ def replays(jobs: list[tuple[str, int]], streams: list[list[list[int]]]) -> list
 def decodes(jobs: list[tuple[str, torch.Tensor, int, dict[str, Any], int]]) -> list[dict[str, Any]]:
     """:func:`decode` for every job, in one child."""
     return [decode(*job) for job in jobs]
+
+
+def report(seed: int, n_slots: int, tokens: torch.Tensor, prefill: tuple[torch.Tensor, torch.Tensor]) -> Any:
+    """The attendee's ``kvoff.report.throughput(seed, n_slots)``; the prompts of ``tokens`` (the
+    texts it decodes, prefilled by the checker) are not prefilled again (``dsa.remember_prefill``)."""
+    kv, idx = prefill
+    dsa.remember_prefill(dsa.DSAConfig(), tokens[:, : kv.shape[2]], kv, idx)
+    from kvoff.report import throughput
+
+    return throughput(seed, n_slots)
+
+
+def each(calls: list[tuple[str, list[Any]]]) -> list[Any]:
+    """Every ``(function of this harness, args)`` in one child, in order."""
+    return [globals()[func](*args) for func, args in calls]

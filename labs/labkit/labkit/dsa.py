@@ -334,15 +334,20 @@ class ToyDSA:
                 q, w = self.indexer_q(g, n, pos)
                 k = self.indexer_k(g, n, pos)
                 iks.append(k)
-                sc = torch.einsum("thd,sd->ths", q, k).relu()
-                sc = (sc * w.unsqueeze(-1)).sum(1).masked_fill(causal, float("-inf"))
+                # index_scores for every (t, s), one [S, S] head at a time, in place: the same
+                # values as the [S, heads, S] einsum and sum, bit for bit, in ~2/3 of the time
+                kt = k.T.contiguous()
+                sc = torch.zeros(S, S)
+                for hh in range(c.idx_heads):
+                    sc.add_((q[:, hh] @ kt).relu_().mul_(w[:, hh, None]))
+                sc.masked_fill_(causal, float("-inf"))
                 vals, top = sc.topk(c.topk, dim=-1)
                 valid = vals > float("-inf")
                 top = torch.where(valid, top, 0)
             kv = n @ self.wkv[layer]
             kvs.append(kv)
             qh = (n @ self.wq[layer]).unflatten(-1, (c.n_heads, c.head_dim))
-            sel = kv[top]  # [S, k, E]
+            sel = kv.index_select(0, top.flatten()).view(S, c.topk, -1)  # kv[top]: [S, k, E]
             a = torch.einsum("thd,tkd->thk", qh, sel[..., : c.head_dim]) / c.head_dim**0.5
             a = a.masked_fill(~valid.unsqueeze(1), float("-inf")).softmax(-1)
             o = torch.einsum("thk,tkd->thd", a, sel[..., c.head_dim :]).flatten(-2)
@@ -358,9 +363,28 @@ class DecodeResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+#: prefills handed over by :func:`remember_prefill`, by (config, text): nothing else fills it
+_PREFILLS: dict[tuple[DSAConfig, bytes], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _text_key(cfg: DSAConfig, tokens: torch.Tensor) -> tuple[DSAConfig, bytes]:
+    return cfg, tokens.to(torch.int64).contiguous().numpy().tobytes()
+
+
+def remember_prefill(cfg: DSAConfig, tokens: torch.Tensor, kv: torch.Tensor, idx: torch.Tensor) -> None:
+    """Let :func:`prefill_batch` of this process return ``kv``/``idx`` (what it returned for
+    ``tokens`` ``[B, S]`` with ``ToyDSA(cfg)``) instead of computing them again: a checker that
+    prefilled a text hands it to the child that runs the attendee's report on the same text
+    (a prefill of 1,024 tokens costs ~0.2 CPU-s; the emulator does not charge it). ``ToyDSA(cfg)``
+    is a pure function of ``cfg``; a model whose weights were changed gets the original's prefill."""
+    for t, k, i in zip(tokens, kv, idx, strict=True):
+        _PREFILLS[_text_key(cfg, t)] = (k.clone(), i.clone())
+
+
 def prefill_batch(model: ToyDSA, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, S]`` -> (KV ``[B, n_layers, S, kv_dim]``, indexer keys ``[B, n_groups, S, idx_dim]``)."""
-    outs = [model.prefill(t) for t in tokens]
+    """``[B, S]`` -> (KV ``[B, n_layers, S, kv_dim]``, indexer keys ``[B, n_groups, S, idx_dim]``)
+    (fresh tensors; a text given to :func:`remember_prefill` is not computed again)."""
+    outs = [_PREFILLS.get(_text_key(model.cfg, t)) or model.prefill(t) for t in tokens]
     return torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])
 
 

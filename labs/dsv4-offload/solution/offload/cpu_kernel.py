@@ -50,6 +50,12 @@ class CpuExperts:
         d, i = self.cfg.d_model, self.cfg.moe_inter
         #: bytes of one expert in MXFP4 (what one token's GEMV streams from DRAM)
         self.expert_bytes = (2 * i * d + d * i) * 17 // 32
+        #: every expert's values decoded once from its GGUF blocks, layer by layer (the emulator
+        #: charges the kernel by the MXFP4 bytes it streams, whatever this simulation keeps)
+        self.decoded = [
+            (mxfp4.dequantize(*mxfp4.unpack_gguf(gu)), mxfp4.dequantize(*mxfp4.unpack_gguf(dn)))
+            for gu, dn in zip(self.gate_up, self.down, strict=True)
+        ]
 
     @property
     def nbytes(self) -> int:
@@ -57,18 +63,16 @@ class CpuExperts:
 
     def weights(self, layer: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Float32 weights of expert ``e`` as the kernel sees them (decoded from the GGUF blocks)."""
-        return (
-            mxfp4.dequantize(*mxfp4.unpack_gguf(self.gate_up[layer][e])),
-            mxfp4.dequantize(*mxfp4.unpack_gguf(self.down[layer][e])),
-        )
+        gate_up, down = self.decoded[layer]
+        return gate_up[e], down[e]
 
     def expert(self, layer: int, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` of ``layer`` on host activations ``x [n, D]`` -> ``[n, D]`` (MXFP4 x Q8_0)."""
         w_gu, w_d = self.weights(layer, e)
-        h = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(x)) @ w_gu.T
+        h = mxfp4.round_trip_q8_0(x) @ w_gu.T
         g, u = h.chunk(2, dim=-1)
         a = torch.nn.functional.silu(g) * u
-        y = mxfp4.dequantize_q8_0(*mxfp4.quantize_q8_0(a)) @ w_d.T
+        y = mxfp4.round_trip_q8_0(a) @ w_d.T
         n = x.shape[0]
         session = emu.current()
         if session is not None:  # a GEMV per token: the weights stream from DRAM n times

@@ -72,3 +72,13 @@ def quantize_q8_0(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize_q8_0(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     return (q.float().reshape(*q.shape[:-1], -1, BLOCK) * d.float().unsqueeze(-1)).reshape(q.shape)
+
+
+def round_trip_q8_0(x: torch.Tensor) -> torch.Tensor:
+    """``dequantize_q8_0(*quantize_q8_0(x))`` in one pass, bit for bit: what the kernel's
+    activations are worth after Q8_0 (the int8 codes are whole numbers, so scaling them in
+    float32 is exact)."""
+    blocks = x.float().reshape(*x.shape[:-1], -1, BLOCK)
+    d = (blocks.abs().amax(-1, keepdim=True) / 127).half().float()
+    inv = torch.where(d > 0, d.reciprocal(), 0.0)
+    return (torch.round(blocks * inv).clamp_(-127, 127) * d).reshape(x.shape)
