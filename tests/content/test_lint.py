@@ -147,6 +147,7 @@ def test_recorded_costs_are_written_in_step_order_and_merged(tmp_path: Path) -> 
     from labserver.content.loader import Lab, load_lab
 
     lab = copy_lab(tmp_path)
+    (lab / "checks" / "costs.yaml").unlink(missing_ok=True)  # the lab's own recording: start afresh
     ids = ["find-device", "run-script", "write-file"]
     write_costs(lab, {"write-file": 0.004, "find-device": 2.345}, ids)
     assert load_costs(lab, ids) == ({"find-device": 2.35, "write-file": 0.01}, [])
