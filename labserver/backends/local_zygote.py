@@ -37,14 +37,22 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
-
-from labkit.check import zygote as protocol
 
 from labserver.backends.base import CheckRaw, CheckRequest, EnvironmentGone
 from labserver.backends.local_terminal import RESULT_LIMIT, drain
 
 log = logging.getLogger(__name__)
+
+
+def _protocol() -> ModuleType:
+    """labkit's fork-server protocol, imported when a local check first needs it: the server image
+    (docker-compose.yml), which runs the Docker backend, has no labkit."""
+    from labkit.check import zygote
+
+    return zygote
+
 
 #: How long a zygote may take to import torch and labkit (a loaded 2-core machine: tens of seconds).
 START_TIMEOUT_S = 180.0
@@ -79,7 +87,7 @@ class Zygote:
 
     def _readable(self) -> None:
         try:
-            message, fds = protocol.recv(self.sock)
+            message, fds = _protocol().recv(self.sock)
         except BlockingIOError:
             return
         except OSError:
@@ -138,10 +146,10 @@ class Zygote:
         self._waiters[ident] = asyncio.Queue()
         self.busy += 1
         self.last_used = time.monotonic()
-        env_fd = protocol.env_pipe(env)
+        env_fd = _protocol().env_pipe(env)
         devnull = os.open(os.devnull, os.O_RDONLY)
         try:
-            protocol.send(
+            _protocol().send(
                 self.sock,
                 {"op": "spawn", "id": ident, "mode": "checker", "argv": [checker], "cwd": cwd},
                 [devnull, log_fd, log_fd, env_fd, result_fd],
@@ -172,7 +180,7 @@ class Zygote:
                 exited = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 with contextlib.suppress(OSError):
-                    protocol.send(self.sock, {"op": "kill", "id": ident})
+                    _protocol().send(self.sock, {"op": "kill", "id": ident})
                 try:
                     killed = await asyncio.wait_for(queue.get(), 10)
                 except TimeoutError as exc:
@@ -226,7 +234,7 @@ class Zygotes:
                 await current.stop()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                proc, release = await start(protocol.command(theirs.fileno(), python), theirs.fileno())
+                proc, release = await start(_protocol().command(theirs.fileno(), python), theirs.fileno())
             except BaseException:
                 ours.close()
                 raise
