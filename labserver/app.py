@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from labserver import __version__, db, safe_json
 from labserver.backends import make_backend
-from labserver.backends.base import BackendError, Closable, PathRefused, TooBig, WorkspaceFull, safe_relpath
+from labserver.backends.base import BackendError, PathRefused, TooBig, WorkspaceFull, safe_relpath
 from labserver.body_limit import BodyLimitMiddleware
 from labserver.config import Settings
 from labserver.content import LabCatalog
@@ -142,11 +142,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for started in list(ctx.background):
                 started.cancel()
             await ctx.terminals.close_all()
-            if isinstance(ctx.backend, Closable):  # the local backend's check runners, Docker clients
-                try:
-                    await ctx.backend.aclose()
-                except Exception:
-                    log.exception("could not close the backend")
             ctx.engine.dispose()
 
     app = FastAPI(
