@@ -21,7 +21,11 @@ The server keeps the zygote's end of a ``SOCK_SEQPACKET`` socket pair. A zygote 
 answering, dies, or is killed by attendee code fails the check it was running as a backend error
 (the platform's fault: not gradable, retried) and is replaced at the next check.
 
-Lifetime: started at an environment's first check of a lab (or by :meth:`Zygotes.warm`), stopped
+It starts *lazy*: it imports torch when a check first runs attendee code, so a room's first
+presses of a step that needs no torch (a file comparison) cost what they did before, and a torch
+step's first press costs the checker's import and the zygote's (about 6 CPU-seconds, once).
+
+Lifetime: started at an environment's first check of a lab, stopped
 after ``idle_s`` without a check, when the environment is reset or destroyed, and when the backend
 closes. It costs about 150 MB of private memory while it lives.
 """
@@ -234,7 +238,9 @@ class Zygotes:
                 await current.stop()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                proc, release = await start(_protocol().command(theirs.fileno(), python), theirs.fileno())
+                proc, release = await start(
+                    _protocol().command(theirs.fileno(), python, lazy=True), theirs.fileno()
+                )
             except BaseException:
                 ours.close()
                 raise

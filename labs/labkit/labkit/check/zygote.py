@@ -133,8 +133,9 @@ class _Spawn:
 class Zygote:
     """The server loop (single-threaded: nothing may run a thread in a process that forks)."""
 
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, *, lazy: bool = False) -> None:
         self.control = control
+        self.preloaded = not lazy
         self.sel = selectors.DefaultSelector()
         self.spawns: dict[int, _Spawn] = {}  # by pid
         self.wake_r, wake_w = os.pipe()
@@ -189,6 +190,11 @@ class Zygote:
             return
         argv = [str(a) for a in message.get("argv", [])]
         cwd = str(message.get("cwd", "/"))
+        if mode != "checker" and not self.preloaded:
+            # a lazy zygote imports torch once something runs attendee code: a checker that needs
+            # none (a file comparison) never pays for it; every later spawn forks with it loaded
+            _preload()
+            self.preloaded = True
         sub_parent = sub_child = None
         if mode == "checker":
             sub_parent, sub_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -391,15 +397,21 @@ def _max_fd() -> int:
     return soft if 0 < soft < 1 << 20 else 65536
 
 
-def serve(fd: int) -> None:
-    """The zygote's main: preload, harden, then serve the channel in descriptor ``fd``."""
+def _preload() -> None:
     import importlib
 
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+def serve(fd: int, lazy: bool = False) -> None:
+    """The zygote's main: preload (``lazy``: at the first spawn that runs attendee code, not
+    now), harden, then serve the channel in descriptor ``fd``."""
     control = socket.socket(fileno=fd)
     with contextlib.suppress(OSError, AttributeError):
         _child._libc().prctl(_child.PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    for name in PRELOAD:
-        importlib.import_module(name)
+    if not lazy:
+        _preload()
     _child.set_non_dumpable()
     with contextlib.suppress(OSError, AttributeError):
         _child._libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -407,13 +419,14 @@ def serve(fd: int) -> None:
     os.closerange(fd + 1, _max_fd())
     usage = resource.getrusage(resource.RUSAGE_SELF)
     send(control, {"op": "ready", "pid": os.getpid(), "cpu_s": usage.ru_utime + usage.ru_stime})
-    Zygote(control).run()
+    Zygote(control, lazy=lazy).run()
 
 
-def command(fd: int, python: str | None = None) -> list[str]:
-    """The command line that starts a zygote serving descriptor ``fd``."""
-    boot = "import sys; from labkit.check.zygote import serve; serve(int(sys.argv[1]))"
-    return [python or sys.executable, "-I", "-u", "-c", boot, str(fd)]
+def command(fd: int, python: str | None = None, *, lazy: bool = False) -> list[str]:
+    """The command line that starts a zygote serving descriptor ``fd``; ``lazy`` for one that
+    lives across checks (its first checker may need no torch), eager for one per check."""
+    boot = "import sys; from labkit.check.zygote import serve; serve(int(sys.argv[1]), sys.argv[2] == 'lazy')"
+    return [python or sys.executable, "-I", "-u", "-c", boot, str(fd), "lazy" if lazy else "eager"]
 
 
 # -- the client ---------------------------------------------------------------------------------
