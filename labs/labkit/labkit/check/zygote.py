@@ -341,32 +341,15 @@ def _is_python_script(command: list[str]) -> bool:
 def _run_script(command: list[str], memory_mb: int, cpu_s: int, zygote_pid: int) -> None:
     """What ``python FILE.py ARGS`` does (the script's folder first on ``sys.path``, ``__main__``,
     exit status), under the limits of an ``exec`` child. Never returns."""
-    import runpy
 
     _child.apply_limits(memory_mb, cpu_s, zygote_pid)
     script = command[1]
     sys.argv = command[1:]
     sys.path[:] = [os.path.dirname(os.path.abspath(script))] + [p for p in sys.path if p not in ("", ".")]
-    code = 0
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        if isinstance(exc.code, int) or exc.code is None:
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-            code = 1
-    except BaseException:  # noqa: BLE001 - as python prints an uncaught exception
-        traceback.print_exc()
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    _run_main(script)
 
 
 def _run_checker(path: str, zygote_pid: int) -> None:
-    import runpy
 
     from . import runner
 
@@ -378,12 +361,24 @@ def _run_checker(path: str, zygote_pid: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     runner._reset_after_fork()
     sys.argv = [path]
+    _run_main(path)
+
+
+def _run_main(path: str) -> None:
+    """Run ``path`` as ``__main__`` and end the process with the status python would give it
+    (``sys.exit`` codes as python treats them, a traceback and 1 for an uncaught exception)."""
+    import runpy
+
     code = 0
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - the checker's own bug: traceback, exit 1 like python
+        if isinstance(exc.code, int) or exc.code is None:
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - as python prints an uncaught exception
         traceback.print_exc()
         code = 1
     for stream in (sys.stdout, sys.stderr):
