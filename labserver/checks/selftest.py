@@ -121,9 +121,10 @@ async def overlay(
         await backend.write_file(ref, f"{lab_id}/{path.relative_to(src).as_posix()}", path.read_bytes())
 
 
-async def _check(
+async def check_step(
     backend: Backend, ref: EnvRef, lab: Lab, step: Step, settings: Settings, lang: str = "en"
 ) -> tuple[Verdict, str, float]:
+    """One press of ``step``'s check with its whole ``timeout_s``: (verdict, log, wall seconds)."""
     t0 = time.monotonic()
     request = check_request(
         lab, step, ref, lang=lang, log_limit=settings.checks.log_limit_bytes, timeout_s=step.spec.timeout_s
@@ -149,7 +150,7 @@ async def solution_step(
     failed_solve = await solve_step(backend, ref, lab, step)
     if failed_solve is not None:
         return failed_solve, "", 0.0
-    return await _check(backend, ref, lab, step, settings)
+    return await check_step(backend, ref, lab, step, settings)
 
 
 async def _bash(backend: Backend, ref: EnvRef, lab: Lab, script: str, timeout: float = 300) -> str | None:
@@ -161,7 +162,7 @@ async def _bash(backend: Backend, ref: EnvRef, lab: Lab, script: str, timeout: f
     return f"{script!r} exited {res.exit_code}: {out}"
 
 
-async def _sh(backend: Backend, ref: EnvRef, lab: Lab, script: str) -> None:
+async def run_own(backend: Backend, ref: EnvRef, lab: Lab, script: str) -> None:
     """Run one of the self-test's own commands; raises when it fails (a fault of the self-test)."""
     failure = await _bash(backend, ref, lab, script)
     if failure is not None:
@@ -195,10 +196,10 @@ def judge_mutant(mutant: Mutant, verdict: Verdict, lang: str) -> str:
 async def _apply_mutant(backend: Backend, ref: EnvRef, lab: Lab, mutant: Mutant) -> None:
     await overlay(backend, ref, mutant.path, lab.id, mutant.overlay_files())
     if mutant.spec.delete:
-        await _sh(backend, ref, lab, "rm -rf -- " + " ".join(shlex.quote(d) for d in mutant.spec.delete))
+        await run_own(backend, ref, lab, "rm -rf -- " + " ".join(shlex.quote(d) for d in mutant.spec.delete))
     if mutant.patch is not None:
         await backend.write_file(ref, ".selftest-mutant.patch", mutant.patch.read_bytes())
-        await _sh(backend, ref, lab, "patch -p1 --no-backup-if-mismatch -s < ../.selftest-mutant.patch")
+        await run_own(backend, ref, lab, "patch -p1 --no-backup-if-mismatch -s < ../.selftest-mutant.patch")
 
 
 async def _run_mutants(
@@ -209,19 +210,19 @@ async def _run_mutants(
     record: Callable[[StepResult], None],
 ) -> None:
     """Each mutant on the solved lab, restored from a snapshot before each."""
-    await _sh(backend, ref, lab, f"tar -cf {SNAPSHOT} .")
+    await run_own(backend, ref, lab, f"tar -cf {SNAPSHOT} .")
     for i, mutant in enumerate(lab.mutants):
         step = lab.step(mutant.step)
         assert step is not None  # the loader refuses mutants of unknown steps
         lang = "zh" if i % 2 else "en"  # every lab's mutants are judged in both languages
-        await _sh(backend, ref, lab, RESTORE)
+        await run_own(backend, ref, lab, RESTORE)
         await _apply_mutant(backend, ref, lab, mutant)
         failed_solve = await solve_step(backend, ref, lab, step)
         if failed_solve is not None:
             # the mutant broke the step's script: that is caught, provided it says so
             verdict, log, seconds = Verdict(CheckStatus.failed, failed_solve.message), "", 0.0
         else:
-            verdict, log, seconds = await _check(backend, ref, lab, step, settings, lang)
+            verdict, log, seconds = await check_step(backend, ref, lab, step, settings, lang)
         record(
             StepResult(
                 step.id,
@@ -235,7 +236,7 @@ async def _run_mutants(
                 seconds=seconds,
             )
         )
-    await _sh(backend, ref, lab, f"{RESTORE} && rm -f {SNAPSHOT}")
+    await run_own(backend, ref, lab, f"{RESTORE} && rm -f {SNAPSHOT}")
 
 
 def throwaway_spec(lab: Lab, settings: Settings, env_id: str = "") -> EnvSpec:
@@ -284,7 +285,7 @@ async def run_selftest(
                 on_result(result)
 
         for step in lab.steps if starter else ():
-            verdict, log, seconds = await _check(backend, ref, lab, step, base)
+            verdict, log, seconds = await check_step(backend, ref, lab, step, base)
             record(StepResult(step.id, "starter", CheckStatus.failed, verdict, log, seconds=seconds))
         await overlay(backend, ref, solution or lab.solution, lab.id)
         for step in lab.steps:

@@ -16,6 +16,7 @@ import typer
 from labserver.cli import doctor as doctor_cli
 from labserver.cli import env as env_cli
 from labserver.cli import images as images_cli
+from labserver.cli import mutate as mutate_cli
 from labserver.cli import rehearse as rehearse_cli
 from labserver.cli import report as report_cli
 from labserver.cli import selfpaced as selfpaced_cli
@@ -231,6 +232,7 @@ def db_upgrade(revision: str = "head") -> None:
 
 
 report_cli.register(app)  # report, verify
+mutate_cli.register(app)  # mutate
 selfpaced_cli.register(app)  # selfpaced, labs, progress, export-site (listed after the commands above)
 
 

@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from labserver.content.costs import COSTS_FILE, load_costs
-from labserver.content.mutants import Mutant, load_mutants
+from labserver.content.mutants import Mutant, load_equivalents, load_mutants
 from labserver.content.schema import LabSpec, StepSpec
 
 NOT_LABS = {"labkit", "__pycache__", "node_modules"}
@@ -149,6 +149,8 @@ def load_lab(path: Path) -> Lab | BrokenLab:
         problems.append(Problem("error", f"{path.name}/starter", "", "the starter/ folder is missing"))
     mutants, mutant_problems = load_mutants(path, [s.id for s in spec.steps])
     problems += [Problem("error", m.file, m.field, m.message) for m in mutant_problems]
+    _equivalents, equivalent_problems = load_equivalents(path)
+    problems += [Problem("error", m.file, m.field, m.message) for m in equivalent_problems]
     costs, cost_problems = load_costs(path, [s.id for s in spec.steps])
     problems += [Problem("error", f"{path.name}/{COSTS_FILE}", f, m) for f, m in cost_problems]
     if any(p.level == "error" for p in problems):

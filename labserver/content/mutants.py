@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from labserver.content.schema import I18n
 
 MUTANT_FILE = "mutant.yaml"
+EQUIVALENT_FILE = "equivalent.yaml"  # machine-made mutants that leave the program right (labserver mutate)
 PATCH_FILE = "mutant.patch"
 MIN_MUTANTS_PER_STEP = 3
 
@@ -133,3 +134,38 @@ def load_mutants(lab_path: Path, step_ids: list[str]) -> tuple[tuple[Mutant, ...
                 continue
             mutants.append(mutant)
     return tuple(mutants), problems
+
+
+class Equivalent(BaseModel):
+    """A machine-made mutant (``labserver mutate``) that is still a right program, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(pattern=r"^[0-9a-f]{10}$")  # Mutation.key
+    mutant: str = ""  # its one-line summary, for the reader
+    reason: str = Field(min_length=10)
+
+
+def load_equivalents(lab_path: Path) -> tuple[dict[str, Equivalent], list[MutantProblem]]:
+    """``mutants/equivalent.yaml`` (a list of :class:`Equivalent`) by key, and what is wrong with it."""
+    path = lab_path / "mutants" / EQUIVALENT_FILE
+    rel = f"{lab_path.name}/mutants/{EQUIVALENT_FILE}"
+    if not path.is_file():
+        return {}, []
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError as exc:
+        return {}, [MutantProblem(rel, "", f"not valid YAML: {exc}")]
+    if not isinstance(raw, list):
+        return {}, [MutantProblem(rel, "", "must be a list of {key, mutant, reason}")]
+    out: dict[str, Equivalent] = {}
+    problems: list[MutantProblem] = []
+    for i, item in enumerate(raw):
+        try:
+            entry = Equivalent.model_validate(item)
+        except ValidationError as exc:
+            for err in exc.errors():
+                where = ".".join(str(x) for x in (i, *err["loc"]))
+                problems.append(MutantProblem(rel, where, err["msg"]))
+            continue
+        out[entry.key] = entry
+    return out, problems
