@@ -35,9 +35,10 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy labserver labs/labkit/labkit
 
-# SQLite here (the PostgreSQL pass below runs the database-facing tests again)
+# SQLite here (the PostgreSQL pass below runs the database-facing tests again), on both cores: much
+# of this part waits (timeouts, restarts, engines), and each test has its own data folder and names
 unit: setup web
-	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider --ignore=tests/e2e --ignore=tests/labs --ignore=tests/bench \
+	env -u LABSERVER_TEST_DATABASE_URL $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=10 --ignore=tests/e2e --ignore=tests/labs --ignore=tests/bench \
 	    --ignore=tests/backends/docker/test_labs_on_docker.py
 
 # every lab's lint and self-test with its mutants, the labs' own tests, every lab on Docker, and
