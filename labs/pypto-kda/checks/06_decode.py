@@ -49,7 +49,7 @@ def check() -> tuple[str, dict[str, float]]:
                 msg(
                     f"{what}: right, but k.S / q.S still run as M=1 matmuls on the Cube (padded to 16 rows, with moves to and from "
                     "the Cube): do them on the Vector core as broadcast multiply + sum.",
-                    f"{what}：结果正确，但 k.S / q.S 仍是 Cube 上 M=1 的矩阵乘（补齐到 16 行，还要在 Cube 之间来回搬运）："
+                    f"{what}：结果正确，但 k.S / q.S 仍是 Cube 上 M=1 的矩阵乘（补齐到 16 行，还要在 Cube 与 Vector 之间来回搬运）："
                     "请在 Vector 核上用广播乘 + 求和完成。",
                 ),
                 [HINT],
