@@ -40,6 +40,7 @@ import ast
 import copy
 import difflib
 import hashlib
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -128,9 +129,34 @@ class Mutation:
 
     @property
     def summary(self) -> str:
-        one = " ".join(self.before.split())[:70]
-        two = " ".join(self.after.split())[:70]
-        return f"{self.path}:{self.line} [{self.operator}] {one} -> {two}"
+        """``path:line [operator] before -> after``, cut to where the two differ (with context)."""
+        one, two = _canonical(self.before), _canonical(self.after)
+        start = 0
+        while start < min(len(one), len(two)) and one[start] == two[start]:
+            start += 1
+        end = 0
+        while end < min(len(one), len(two)) - start and one[-1 - end] == two[-1 - end]:
+            end += 1
+        lo = max(0, start - 30)
+
+        def cut(text: str) -> str:
+            hi = min(len(text), len(text) - end + 30)
+            return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
+
+        return f"{self.path}:{self.line} [{self.operator}] {cut(one)} -> {cut(two)}"
+
+
+def _canonical(code: str) -> str:
+    """``code`` on one line as ``ast.unparse`` writes it (quotes, commas), so that a mutant's
+    before and after differ only where the mutation is; a header line (``for ...:``) too."""
+    text = textwrap.dedent(code).strip()
+    for attempt in (text, text + "\n    pass"):
+        try:
+            lines = ast.unparse(ast.parse(attempt)).splitlines()
+        except SyntaxError:
+            continue
+        return " ".join(" ".join(line.split()) for line in (lines if attempt is text else lines[:1]))
+    return " ".join(text.split())
 
 
 # -- which code is the attendee's ------------------------------------------------------------------
