@@ -171,9 +171,12 @@ class Zygote:
         self.busy -= 1
         self.last_used = time.monotonic()
 
-    async def wait_checker(self, ident: int, timeout: float) -> tuple[int | None, bool, float]:
+    async def wait_checker(
+        self, ident: int, timeout: float, before_kill: Callable[[], object] | None = None
+    ) -> tuple[int | None, bool, float]:
         """``(exit code or None, timed out, CPU seconds of the checker process)``; a checker
-        still running after ``timeout`` is killed with its children."""
+        still running after ``timeout`` (not counting a lazy runner's torch import) is killed with
+        its children, ``before_kill`` called just before."""
         queue = self._waiters[ident]
         deadline = time.monotonic() + timeout
         try:
@@ -181,12 +184,27 @@ class Zygote:
             if started.get("op") != "started":
                 raise ZygoteFailed(f"the check runner could not start the checker ({started.get('op')})")
             try:
-                exited = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+                while True:
+                    exited = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+                    if exited.get("op") != "preloading":
+                        break
+                    # a lazy runner imports torch for this check's first attendee code: its start,
+                    # not the attendee's time (nor its CPU: the runner's own), so the clock stops
+                    paused = time.monotonic()
+                    preloaded = await asyncio.wait_for(queue.get(), START_TIMEOUT_S)
+                    deadline += time.monotonic() - paused
+                    if preloaded.get("op") != "preloaded":
+                        exited = preloaded
+                        break
             except TimeoutError:
+                if before_kill is not None:
+                    before_kill()
                 with contextlib.suppress(OSError):
                     _protocol().send(self.sock, {"op": "kill", "id": ident})
                 try:
-                    killed = await asyncio.wait_for(queue.get(), 10)
+                    killed = {"op": "preloading"}
+                    while killed.get("op") in ("preloading", "preloaded"):
+                        killed = await asyncio.wait_for(queue.get(), 10)
                 except TimeoutError as exc:
                     raise ZygoteFailed(
                         "the check runner did not stop a checker that ran out of time"
@@ -318,14 +336,11 @@ async def run_checker(
         os.close(log_w)
     result_task = asyncio.ensure_future(drain(read_fd, RESULT_LIMIT))
     log_task = asyncio.ensure_future(drain(log_r, request.log_limit))
-    meter, before_kill = request.meter, None
-    if meter is not None:  # the runner kills a checker out of time itself: read it just before
-        before_kill = asyncio.get_running_loop().call_later(max(0.0, request.timeout_s - 0.25), meter.sample)
+    # the runner kills a checker out of time itself: the meter reads it just before
+    before_kill = request.meter.sample if request.meter is not None else None
     try:
-        code, timed_out, cpu = await zyg.wait_checker(ident, request.timeout_s)
+        code, timed_out, cpu = await zyg.wait_checker(ident, request.timeout_s, before_kill)
     finally:
-        if before_kill is not None:
-            before_kill.cancel()
         # the zygote killed the checker's children with it: the pipes end at once
         done, pending = await asyncio.wait({result_task, log_task}, timeout=5.0)
         for task in pending:

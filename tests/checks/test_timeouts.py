@@ -6,7 +6,9 @@ CPU is the machine's (not gradable)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -202,3 +204,40 @@ def test_a_check_starved_by_cpu_hogs_on_its_cpu_is_the_machines(backend) -> None
     assert usage is not None and not usage.asleep and usage.cpu_s < 3.0 and 8 - usage.run_delay_s < 6, usage
     assert verdict.status == CheckStatus.not_gradable, (verdict, usage)
     assert "too busy" in verdict.message
+
+
+def test_a_cold_runners_torch_import_stops_the_checks_clock_with_the_test_playing_the_runner() -> None:
+    """The environment's runner starts lazy and imports torch at a check's first attendee call
+    (seconds; issue 30's e2e run timed out a 0.06 CPU-s step's first press on its 10 s budget). It
+    says ``preloading`` / ``preloaded`` (labkit's test_zygote shows it does): the server's clock
+    stops in between, so a budget of 0.5 s survives a 1.5 s import."""
+    from labserver.backends.local_zygote import Zygote
+
+    async def go() -> tuple[int | None, bool, float]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+        async def release() -> None:
+            return None
+
+        zyg = Zygote(("env", "lab"), None, ours, release)  # type: ignore[arg-type]  # no process: the test answers
+        zyg.start_reading()
+        ident = zyg._next + 1
+        zyg._waiters[ident] = asyncio.Queue()
+        zyg.busy += 1
+
+        def say(message: dict) -> None:
+            theirs.send(json.dumps(message).encode())
+
+        say({"op": "started", "id": ident, "pid": 1})
+        say({"op": "preloading", "id": ident})
+        waiting = asyncio.ensure_future(zyg.wait_checker(ident, 0.5))
+        await asyncio.sleep(1.5)  # the import, far over the budget
+        say({"op": "preloaded", "id": ident, "wall_s": 1.5})
+        say({"op": "exited", "id": ident, "code": 0, "cpu_s": 0.05})
+        try:
+            return await waiting
+        finally:
+            theirs.close()
+            ours.close()
+
+    assert asyncio.run(go()) == (0, False, 0.05)

@@ -182,3 +182,67 @@ def test_a_zygote_whose_channel_closes_ends_with_its_children(tmp_path: Path) ->
     before = flag.stat().st_mtime
     time.sleep(1.5)
     assert flag.stat().st_mtime == before, "a child outlived its zygote"
+
+
+CHECKER_CALLS_ONCE = """
+from labkit.check import run_function
+
+res = run_function("quick.py", "answer")
+assert res.ok and res.value == 42, res
+"""
+
+
+def test_a_lazy_zygote_says_when_it_imports_torch_for_a_checker(tmp_path: Path) -> None:
+    """The server stops a check's clock while the runner imports torch for its first attendee call
+    (labserver/backends/local_zygote.py): the zygote says ``preloading`` before the import and
+    ``preloaded`` (with its wall time) after, to the checker's owner; only once."""
+    import subprocess
+
+    (tmp_path / "quick.py").write_text("def answer():\n    return 42\n")
+    checker = tmp_path / "checker.py"
+    checker.write_text(textwrap.dedent(CHECKER_CALLS_ONCE))
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen(
+        zygote.command(theirs.fileno(), lazy=True),
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        pass_fds=(theirs.fileno(),),
+        start_new_session=True,
+    )
+    theirs.close()
+    client = zygote.Client(ours, proc)
+    try:
+        assert (client._receive(120) or {}).get("op") == "ready"
+        for ident in (1, 2):  # the second check finds torch loaded: nothing to say
+            result_r, result_w = os.pipe()
+            env_fd = zygote.env_pipe({"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+            log = os.open(os.devnull, os.O_WRONLY)
+            try:
+                zygote.send(
+                    client.sock,
+                    {
+                        "op": "spawn",
+                        "id": ident,
+                        "mode": "checker",
+                        "argv": [str(checker)],
+                        "cwd": str(tmp_path),
+                    },
+                    [0, log, log, env_fd, result_w],
+                )
+            finally:
+                for fd in (result_w, env_fd, log):
+                    os.close(fd)
+            messages = []
+            while not messages or messages[-1]["op"] != "exited":
+                message = client._receive(120)
+                assert message is not None, messages
+                messages.append(message)
+            os.close(result_r)
+            ops = [m["op"] for m in messages]
+            want = ["started", "preloading", "preloaded", "exited"] if ident == 1 else ["started", "exited"]
+            assert ops == want, messages
+            assert all(m["id"] == ident for m in messages) and messages[-1]["code"] == 0, messages
+            if ident == 1:
+                assert messages[2]["wall_s"] > 0
+    finally:
+        ours.close()
+        proc.wait(timeout=30)

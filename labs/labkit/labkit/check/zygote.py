@@ -44,6 +44,10 @@ Protocol
   for a checker also of every child it had the zygote spawn: what the check cost, measured by the
   zygote, never reported by the checker).
 - ``{"op": "kill", "id": N}``: kill the spawn's process group.
+- A lazy zygote that imports torch for a checker's first attendee-code spawn tells the checker's
+  owner ``{"op": "preloading", "id": N}`` before and ``{"op": "preloaded", "id": N, "wall_s": W}``
+  after (``N`` the checker): the owner stops the check's clock in between (the import is the
+  platform's start, not the attendee's time; its CPU is the zygote's, not the check's).
 - A checker finds its sub-channel in descriptor 4 (``LABKIT_ZYGOTE_FD``) and its result channel in
   descriptor 3 (``LAB_RESULT_FD``).
 
@@ -193,8 +197,17 @@ class Zygote:
         if mode != "checker" and not self.preloaded:
             # a lazy zygote imports torch once something runs attendee code: a checker that needs
             # none (a file comparison) never pays for it; every later spawn forks with it loaded
+            began = time.monotonic()
+            if owner is not None:
+                with contextlib.suppress(OSError):
+                    send(owner.channel, {"op": "preloading", "id": owner.id})
             _preload()
             self.preloaded = True
+            if owner is not None:
+                with contextlib.suppress(OSError):
+                    send(
+                        owner.channel, {"op": "preloaded", "id": owner.id, "wall_s": time.monotonic() - began}
+                    )
         sub_parent = sub_child = None
         if mode == "checker":
             sub_parent, sub_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
