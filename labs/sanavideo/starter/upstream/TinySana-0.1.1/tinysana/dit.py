@@ -159,15 +159,17 @@ class LinearDiT(nn.Module):
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x: latent (B, C, T, H, W); t: (B,) in [0, 1]; y: text (B, L, text_dim); mask (B,1,1,L)."""
+        dtype = self.x_embedder.weight.dtype  # bf16 on the NPU: the inputs follow the weights
+        x, y = x.to(dtype), y.to(dtype)
         b, ch, tt, hh, ww = x.shape
         p = self.cfg.patch
         thw = (tt, hh // p, ww // p)
         tokens = x.view(b, ch, tt, hh // p, p, ww // p, p).permute(0, 2, 3, 5, 1, 4, 6)
         h = self.x_embedder(tokens.reshape(b, -1, ch * p * p))
         h = h + self.pos_embed[: h.shape[1]]
-        keep = (~mask[:, 0, 0, :]).float().unsqueeze(-1)  # (B, L, 1), 1 = real token
+        keep = (~mask[:, 0, 0, :]).to(dtype).unsqueeze(-1)  # (B, L, 1), 1 = real token
         pooled = (y * keep).sum(1) / keep.sum(1).clamp_min(1.0)
-        temb = self.t_embedder(layers.timestep_embedding(t, 64)) + self.y_pool(pooled)
+        temb = self.t_embedder(layers.timestep_embedding(t, 64).to(dtype)) + self.y_pool(pooled)
         t6 = self.t_block(temb)
         yy = self.y_embedder(y)
         freqs = self.freqs(thw)
