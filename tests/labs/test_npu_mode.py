@@ -24,6 +24,7 @@ scripts below (2-4 CPU-s each).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ import sys
 from pathlib import Path
 
 import labkit  # noqa: F401  (imported before LABKIT_FAKE_NPU is set: this process keeps no fake)
+import numpy as np
 import pytest
 
 from labserver.checks.selftest import selftest
@@ -137,11 +139,16 @@ def test_sanavideo_npu_mode_one_click_script_writes_the_video(tmp_path: Path) ->
     frames, meta = sc.probe_mp4(ws / "blue.mp4")
     assert meta["codec"] == "h264" and frames.shape == (sc.FRAMES, sc.SIZE, sc.SIZE, 3)
     assert sc.mismatch(sc.analyse(frames), "a blue square moving up") is None, sc.analyse(frames)
-    # the patched pipeline put the model on the card in bf16 (the branch the one-click script took)
+    # the patched pipeline put the model on the card in bf16 (the branch the one-click script took);
+    # with step 2's fused ops (the solution's npu_patches.py) it samples there too: their calls
+    # reach torch_npu with its signatures, in bf16
     probe = (
-        "import sys, torch; sys.path.insert(0, 'TinySana'); from tinysana.pipeline import TinySanaPipeline; "
+        "import sys, json, torch; sys.path[:0] = ['TinySana', '.']; "
+        "from tinysana.pipeline import TinySanaPipeline; from labkit import npu_fake; "
         "p = TinySanaPipeline('TinySana/checkpoints/tinysana.safetensors'); w = next(p.model.parameters()); "
-        "print(p.device, p.dtype, w.device, w.dtype)"
+        "import npu_patches; npu_patches.apply_npu_patches(); f = p('a green circle moving left'); "
+        "print(json.dumps([str(p.device), str(p.dtype), str(w.device), str(w.dtype), "
+        "npu_fake.stats()['fused_ops'], f.tolist()]))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe],
@@ -151,9 +158,12 @@ def test_sanavideo_npu_mode_one_click_script_writes_the_video(tmp_path: Path) ->
         text=True,
         timeout=120,
     )
-    assert out.stdout.split() == ["npu:0", "torch.bfloat16", "npu:0", "torch.bfloat16"], (
-        out.stdout + out.stderr
-    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    device, dtype, w_device, w_dtype, fused, clip = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [device, dtype, w_device, w_dtype] == ["npu:0", "torch.bfloat16", "npu:0", "torch.bfloat16"]
+    assert set(fused) == {"npu_rms_norm", "npu_rotary_mul", "npu_fusion_attention"}, fused
+    clip = np.asarray(clip, dtype=np.uint8)
+    assert sc.mismatch(sc.analyse(clip), "a green circle moving left") is None, sc.analyse(clip)
 
 
 def test_dsv4_offload_npu_mode_launch_script_serves(tmp_path: Path) -> None:

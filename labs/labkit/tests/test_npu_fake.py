@@ -117,6 +117,32 @@ CASES = textwrap.dedent(
         assert set(npu_fake.stats()["fused_ops"]) == {c[0] for c in calls}
 
     @case
+    def quant_ops_replay_the_sana_quant_linear_on_the_card():
+        # cann-recipes SANA-Video QuantLinear (a8w8 and a4w4), call for call, on npu:0 vs the CPU
+        g = torch.Generator().manual_seed(1)
+        x, w, bias = torch.randn(6, 128, generator=g), torch.randn(48, 128, generator=g), torch.randn(48, generator=g)
+        e8m0, fp4 = torch.float8_e8m0fnu, torch.float4_e2m1fn_x2
+
+        def linear(x, w, bias, mode):
+            if mode == "a8w8":
+                wq, ws = ln.npu_dynamic_mx_quant(w, dst_type=torch.float8_e4m3fn)
+                wq, ws = wq.transpose(-1, -2), ws.transpose(0, 1)
+                xq, xs = ln.npu_dynamic_mx_quant(x.bfloat16(), dst_type=torch.float8_e4m3fn)
+                return ln.npu_quant_matmul(xq, wq, ws, pertoken_scale=xs, bias=bias, scale_dtype=e8m0,
+                    pertoken_scale_dtype=e8m0, output_dtype=torch.bfloat16, group_sizes=[1, 1, 32])
+            wq, ws = ln.npu_dynamic_mx_quant(w.transpose(-1, -2), dst_type=fp4, axis=0)
+            xq, xs = ln.npu_dynamic_mx_quant(x.bfloat16(), dst_type=fp4)
+            return ln.npu_quant_matmul(xq, wq.contiguous(), ws.contiguous(), pertoken_scale=xs,
+                pertoken_scale_dtype=e8m0, output_dtype=torch.bfloat16, group_sizes=[1, 1, 32], bias=bias,
+                x1_dtype=fp4, x2_dtype=fp4, scale_dtype=e8m0)
+
+        for mode in ("a8w8", "a4w4"):
+            ref = linear(x, w, bias, mode)
+            got = linear(x.npu(), w.npu(), bias.npu(), mode)
+            assert got.device.type == "npu" and got.dtype == torch.bfloat16 == ref.dtype, mode
+            assert torch.equal(got.cpu(), ref), mode
+
+    @case
     def fused_op_signatures_and_devices_are_checked():
         import torch_npu
         x, gamma = torch.randn(2, 8).npu(), torch.ones(8).npu()
@@ -206,6 +232,7 @@ def outcomes() -> dict[str, str]:
         "device_strings_and_placement",
         "card_errors_are_raised",
         "fused_ops_forward_with_card_dtypes",
+        "quant_ops_replay_the_sana_quant_linear_on_the_card",
         "fused_op_signatures_and_devices_are_checked",
         "streams_events_synchronize",
         "memory_queries_follow_live_tensors",
