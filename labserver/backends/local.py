@@ -127,6 +127,17 @@ def join_refusal(backend: object, client_host: str | None) -> str | None:
     return backend.join_refusal(client_host)
 
 
+def _fake_npu_env() -> dict[str, str]:
+    """NPU mode without a card (tests of the labs' Ascend path, issue 31): with ``LABKIT_FAKE_NPU``
+    set in the server's environment every lab process gets it, so each one that imports labkit has
+    labkit's FAKE ``torch_npu`` (``labkit.npu_fake``), and environments say ``npu:0`` as a card's
+    container does (``LAB_DEVICE``, ``ASCEND_RT_VISIBLE_DEVICES``). Unset: nothing."""
+    fake = os.environ.get("LABKIT_FAKE_NPU", "").strip()
+    if fake in ("", "0"):
+        return {}
+    return {"LABKIT_FAKE_NPU": fake, "ASCEND_RT_VISIBLE_DEVICES": "0"}
+
+
 class LocalBackend:
     name = "local"
 
@@ -378,6 +389,7 @@ class LocalBackend:
             "PYTHONDONTWRITEBYTECODE": "1",
             "LABKIT_DEVICE": os.environ.get("LABKIT_DEVICE", ""),
             "LAB_WORKSPACE": str(ws),
+            **_fake_npu_env(),
         }
         env = {k: v for k, v in env.items() if v}
         if extra:
@@ -466,7 +478,8 @@ class LocalBackend:
                 reason="disk",
                 log=repr(exc),
             ) from exc
-        return EnvRef(env_id=spec.env_id, backend=self.name, infra_id=str(ws), node="local", device="cpu-emu")
+        device = "npu:0" if _fake_npu_env() else "cpu-emu"
+        return EnvRef(env_id=spec.env_id, backend=self.name, infra_id=str(ws), node="local", device=device)
 
     async def status(self, ref: EnvRef) -> EnvStatus:
         if _is_marker(Path(ref.infra_id)):

@@ -102,14 +102,19 @@ def test_rmsnorm_verdict_is_stable_over_seeds(monkeypatch: pytest.MonkeyPatch) -
             assert phrase.lower() in problem.lower(), (seed, name, problem)
 
 
-@pytest.mark.parametrize(("written", "passes"), [("npu", True), ("cpu-emu", False)])
+@pytest.mark.parametrize(
+    ("lab_device", "written", "passes"),
+    [("npu:0", "npu", True), ("npu:0", "cpu-emu", False), ("npu", "npu", True), ("npu", "cpu-emu", False)],
+)
 def test_find_device_judges_the_attendees_environment_not_the_graders(
-    tmp_path: Path, written: str, passes: bool
+    tmp_path: Path, lab_device: str, written: str, passes: bool
 ) -> None:
     """An NPU attendee's check runs in a grader without a card (Docker and Kubernetes backends):
-    the expected kind is the environment's (``LAB_DEVICE`` from the server), not the grader's own."""
+    the expected kind is the environment's (``LAB_DEVICE`` from the server), not the grader's own.
+    The server sets ``npu:0`` (issue 31: the check knew only ``npu`` and fell back to the grader's
+    own ``cpu-emu``, failing every NPU attendee's right answer)."""
     (tmp_path / "device.txt").write_text(written + "\n")
-    env = {**os.environ, "LAB_DEVICE": "npu", "LAB_LANG": "en"}
+    env = {**os.environ, "LAB_DEVICE": lab_device, "LAB_LANG": "en"}
     result, proc = run_checker(LAB / "checks" / "01_find_device.py", tmp_path, env, isolated=False)
     assert result["passed"] is passes, (result, proc.stderr)
     if not passes:

@@ -174,3 +174,25 @@ def test_tie_cases_are_ties_and_detected() -> None:
     ref8 = lmx.dequantize(lmx.quantize_mx(x, "mxfp8"), torch.float32)
     d = h._differences(x, h._wrong_rules(x, "mxfp8")["round away"], ref8, "mxfp8")
     assert d["n"] > 0 and d["ties"] == d["n"], d
+
+
+def test_npu_mode_bf16_model_samples_the_prompt() -> None:
+    """Issue 31: on a card the patched pipeline loads TinySana in bf16 (``npu.patch``), and the
+    sampler fed it float32 noise and timesteps ("mat1 and mat2 must have the same dtype" in the
+    DiT's ``x_embedder``), then the VAE a float32 latent: the one-click script crashed at its last
+    stage. A bf16 model on the CPU takes the same dtype path; it must draw the prompt as float32
+    does (the latent and the Euler steps stay float32, each stage gets its own dtype)."""
+    import torch
+
+    sys.path.insert(0, str(LAB / "checks"))
+    import sanacheck as sc
+    from tinysana.model import TinySana
+    from tinysana.sampling import generate
+
+    torch.set_num_threads(1)
+    model = TinySana.load(sc.WEIGHTS).to("cpu", torch.bfloat16)
+    frames = generate(model, sc.PROMPT)
+    assert frames.dtype == torch.uint8 and tuple(frames.shape) == (sc.FRAMES, sc.SIZE, sc.SIZE, 3)
+    assert sc.mismatch(sc.analyse(frames.numpy()), sc.PROMPT) is None
+    ref = generate(TinySana.load(sc.WEIGHTS), sc.PROMPT)
+    assert (frames.float() - ref.float()).abs().mean() < 2.0  # 0.2 of 255 on average when written

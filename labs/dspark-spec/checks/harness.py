@@ -26,7 +26,7 @@ def _models(weights: str) -> tuple[Any, Any]:
 
 
 def _session() -> emu.EmuSession:
-    return emu.session(PROFILE, graph_mode=True)
+    return emu.session(PROFILE, graph_mode=True, measurer=False)  # emulated on a card too
 
 
 @torch.no_grad()

@@ -65,6 +65,7 @@ def environment() -> dict[str, object]:
     """``describe()`` of the attendee's environment (the module docstring)."""
     info = describe()
     kind = os.environ.get("LAB_DEVICE", "")
+    kind = "npu" if kind.startswith("npu") else kind  # the server sets npu:0 (the card, logically)
     if kind in ("npu", "cpu-emu") and kind != info["kind"]:
         info = {"kind": kind, "name": "an Ascend NPU" if kind == "npu" else "CPU emulation"}
     return info

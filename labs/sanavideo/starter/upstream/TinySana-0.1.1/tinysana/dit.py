@@ -150,27 +150,31 @@ class LinearDiT(nn.Module):
         self.final_norm = layers.RMSNorm(c)
         self.final_table = nn.Parameter(torch.randn(2, c) / c**0.5)
         self.final_linear = nn.Linear(c, p * p * cfg.in_channels)
-        self._freqs: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._freqs: dict[tuple[tuple[int, int, int], str], torch.Tensor] = {}
 
-    def freqs(self, thw: tuple[int, int, int]) -> torch.Tensor:
-        if thw not in self._freqs:
-            self._freqs[thw] = layers.rope_freqs(*thw, self.cfg.hidden // self.cfg.heads)
-        return self._freqs[thw]
+    def freqs(self, thw: tuple[int, int, int], device: torch.device | str = "cpu") -> torch.Tensor:
+        """RoPE frequencies of a (t, h, w) token grid on ``device`` (made once per grid and device)."""
+        key = (thw, str(device))
+        if key not in self._freqs:
+            self._freqs[key] = layers.rope_freqs(*thw, self.cfg.hidden // self.cfg.heads).to(device)
+        return self._freqs[key]
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x: latent (B, C, T, H, W); t: (B,) in [0, 1]; y: text (B, L, text_dim); mask (B,1,1,L)."""
+        dtype = self.x_embedder.weight.dtype  # bf16 on the NPU: the inputs follow the weights
+        x, y = x.to(dtype), y.to(dtype)
         b, ch, tt, hh, ww = x.shape
         p = self.cfg.patch
         thw = (tt, hh // p, ww // p)
         tokens = x.view(b, ch, tt, hh // p, p, ww // p, p).permute(0, 2, 3, 5, 1, 4, 6)
         h = self.x_embedder(tokens.reshape(b, -1, ch * p * p))
         h = h + self.pos_embed[: h.shape[1]]
-        keep = (~mask[:, 0, 0, :]).float().unsqueeze(-1)  # (B, L, 1), 1 = real token
+        keep = (~mask[:, 0, 0, :]).to(dtype).unsqueeze(-1)  # (B, L, 1), 1 = real token
         pooled = (y * keep).sum(1) / keep.sum(1).clamp_min(1.0)
-        temb = self.t_embedder(layers.timestep_embedding(t, 64)) + self.y_pool(pooled)
+        temb = self.t_embedder(layers.timestep_embedding(t, 64).to(dtype)) + self.y_pool(pooled)
         t6 = self.t_block(temb)
         yy = self.y_embedder(y)
-        freqs = self.freqs(thw)
+        freqs = self.freqs(thw, h.device)
         for block in self.blocks:
             h = block(h, yy, mask, t6, freqs, thw)
         shift, scale = (self.final_table[None] + temb[:, None]).chunk(2, dim=1)

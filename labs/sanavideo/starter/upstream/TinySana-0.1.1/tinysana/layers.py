@@ -127,6 +127,6 @@ def relu_linear_attention(
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
     half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32) / half)
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
     args = t.float()[:, None] * 1000.0 * freqs[None]
     return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)

@@ -35,7 +35,10 @@ def denoise(
     cfg_scale: float | None = None,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """Sample a normalised latent (1, C, T, h, w) for the (cond, uncond) text batch."""
+    """Sample a normalised latent (1, C, T, h, w) for the (cond, uncond) text batch.
+
+    The latent and the Euler steps stay in float32 whatever the model's dtype (bf16 on the NPU):
+    the DiT gets its input in its own dtype and its velocity comes back as float32."""
     s = model.sampling
     steps = steps or s["steps"]
     cfg = s["cfg_scale"] if cfg_scale is None else cfg_scale
@@ -45,7 +48,7 @@ def denoise(
     ts = shifted_timesteps(steps, s["flow_shift"])
     for i in range(steps):
         t = ts[i].expand(2).to(device)
-        v_cond, v_uncond = model.dit(x.expand(2, -1, -1, -1, -1), t, text, mask).chunk(2)
+        v_cond, v_uncond = model.dit(x.expand(2, -1, -1, -1, -1), t, text, mask).float().chunk(2)
         v = v_uncond + cfg * (v_cond - v_uncond)
         x = x + (ts[i + 1] - ts[i]).item() * v
     return x

@@ -128,6 +128,7 @@ class VideoVAE(nn.Module):
         ``chunk`` latent frames are decoded at a time through the CACHE_T feature cache;
         ``chunk=None`` decodes the whole clip at once (same result, more activation memory).
         """
+        z = z.to(self.decoder.conv_in.weight.dtype)  # the sampler's float32 latent, in the VAE's dtype
         z = z * self.latent_std.view(1, -1, 1, 1, 1) + self.latent_mean.view(1, -1, 1, 1, 1)
         if chunk is None:
             return self.decoder(z).clamp(-1, 1)
