@@ -7,6 +7,8 @@ tests/labs/test_all_labs.py).
 - the checker's near-tie rule for "lossless";
 - the reference solution's loop: lossless on other prompts, deterministic emulated TPOT, faster
   than MTP1;
+- step 4's batched tau sweep (``checks/tausweep.py``) gives the checker's loop's iterations and
+  TPOT at every tau;
 - the shipped mutants are what training/make_mutants.py generates from the current solution.
 """
 
@@ -26,6 +28,7 @@ from tests.conftest import REPO
 LAB = REPO / "labs" / "dspark-spec"
 sys.path.insert(0, str(LAB / "checks"))
 import dsparkcheck as dc  # noqa: E402
+import tausweep  # noqa: E402
 
 ALPHA = 1e-4
 
@@ -145,6 +148,24 @@ def test_reference_loop_is_lossless_deterministic_and_faster_than_mtp1() -> None
         assert a["tpot_ms"] == b["tpot_ms"]
         mtp, _ = dc.ref_mtp1(p, 32)
         assert a["tpot_ms"] < mtp
+
+
+@pytest.mark.parametrize("salt", ["pytest-sweep-a", "pytest-sweep-b"])
+def test_batched_sweep_is_the_checkers_loop_at_every_tau(salt: str) -> None:
+    """Step 4 judges TAU by tausweep.sweep: per prompt and tau, the same tokens, iterations
+    (accepted, drafted) and emulated TPOT (to float rounding) as dc.ref_decode's loop, also at a
+    tau off the grid and at the extremes; prompts of different lengths share the batches."""
+    prompts = dc.heldout_prompts(4, salt)
+    assert len({len(p) for p in prompts}) > 1
+    taus = [0.0, 0.3, 0.6, 0.83, 0.95, 0.99, 1.0]
+    fast = tausweep.sweep(prompts, 40, taus)
+    for p, got in zip(prompts, fast, strict=True):
+        for tau in taus:
+            want = dc.ref_decode(p, 40, tau)
+            assert got[tau]["tokens"] == want["tokens"], (p, tau)
+            assert got[tau]["accepted"] == want["accepted"], (p, tau)
+            assert got[tau]["drafted"] == want["drafted"], (p, tau)
+            assert got[tau]["tpot_ms"] == pytest.approx(want["tpot_ms"], rel=1e-12), (p, tau)
 
 
 def test_shipped_mutants_match_the_generator(tmp_path: Path) -> None:

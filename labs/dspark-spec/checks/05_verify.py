@@ -11,7 +11,8 @@ one with p/q inverted and one that accepts only where p > q (1.0 in 3000 simulat
 runs each already); a correct verifier fails with probability <= 3e-4 (three tests at 1e-4), for
 a given seed either always or never. 6000 runs, not fewer: a subtle bias (accepting with
 0.95 min(1, p/q) + 0.05) is caught with probability 0.54 at 6000 runs and only 0.06 at 2000; the
-runs are the attendee's Python, a third of a CPU-second per 1000, and that power is worth it.
+runs are the attendee's Python (the reference solution's 6000 cost ~0.3 CPU-s), and that power is
+worth it.
 A missing bonus (emitted length) and an unnormalised residual (compared directly) are caught deterministically."""
 
 from __future__ import annotations

@@ -346,6 +346,8 @@ class ToyDSA:
                 top = torch.where(valid, top, 0)
             kv = n @ self.wkv[layer]
             kvs.append(kv)
+            if layer == c.n_layers - 1:
+                break  # the last layer's attention and MLP feed no KV: not computed
             qh = (n @ self.wq[layer]).unflatten(-1, (c.n_heads, c.head_dim))
             sel = kv.index_select(0, top.flatten()).view(S, c.topk, -1)  # kv[top]: [S, k, E]
             a = torch.einsum("thd,tkd->thk", qh, sel[..., : c.head_dim]) / c.head_dim**0.5
