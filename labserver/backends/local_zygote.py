@@ -21,9 +21,13 @@ The server keeps the zygote's end of a ``SOCK_SEQPACKET`` socket pair. A zygote 
 answering, dies, or is killed by attendee code fails the check it was running as a backend error
 (the platform's fault: not gradable, retried) and is replaced at the next check.
 
-It starts *lazy*: it imports torch when a check first runs attendee code, so a room's first
-presses of a step that needs no torch (a file comparison) cost what they did before, and a torch
-step's first press costs the checker's import and the zygote's (about 6 CPU-seconds, once).
+It imports torch and labkit when it starts, before the check that started it gets its clock: the
+first press of a lab in an environment waits for that start (about 3 CPU-seconds, once), and no
+check's time ever holds it. (It started *lazy* for a while, importing torch at a check's first
+attendee call so that a file comparison would not pay for it; but most checkers import torch
+themselves (``labkit.device``), inside their clock: in a room of 30 on a loaded machine, 77 of 120
+first presses of getting-started timed out on their 10 s budgets. A lazy zygote's import during a
+check, should one be used, stops the check's clock: ``preloading`` / ``preloaded``.)
 
 Lifetime: started at an environment's first check of a lab, stopped
 after ``idle_s`` without a check, when the environment is reset or destroyed, and when the backend
@@ -256,9 +260,7 @@ class Zygotes:
                 await current.stop()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                proc, release = await start(
-                    _protocol().command(theirs.fileno(), python, lazy=True), theirs.fileno()
-                )
+                proc, release = await start(_protocol().command(theirs.fileno(), python), theirs.fileno())
             except BaseException:
                 ours.close()
                 raise

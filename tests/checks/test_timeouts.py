@@ -207,7 +207,7 @@ def test_a_check_starved_by_cpu_hogs_on_its_cpu_is_the_machines(backend) -> None
 
 
 def test_a_cold_runners_torch_import_stops_the_checks_clock_with_the_test_playing_the_runner() -> None:
-    """The environment's runner starts lazy and imports torch at a check's first attendee call
+    """A lazy runner (labkit.check.zygote with lazy=True) imports torch at a check's first attendee call
     (seconds; issue 30's e2e run timed out a 0.06 CPU-s step's first press on its 10 s budget). It
     says ``preloading`` / ``preloaded`` (labkit's test_zygote shows it does): the server's clock
     stops in between, so a budget of 0.5 s survives a 1.5 s import."""
