@@ -25,6 +25,10 @@ REASON_TEXT = {
 }
 
 
+#: decode plan (cards, DP, EP, batch, context) whose parts add up to exactly 2**36 bytes
+EXACT_HBM = (192, 32, 64, 1, 10440747)
+
+
 def decode_cases() -> list[tuple[int, int, int, int, int]]:
     ctx = choice("ctx", [256 * 1024, 512 * 1024, 1024 * 1024])
     cards = choice("cards", [64, 128, 256])
@@ -42,13 +46,20 @@ def decode_cases() -> list[tuple[int, int, int, int, int]]:
     target = ref.CL.hbm_bytes - 0.5 * (ref.CL.hbm_bytes - 64e9)
     ctx_b = int((target - fixed) * 128 / (4 * ref.CFG.kv_bytes_per_token))
     cases.append((128, 128, 128, 4, ctx_b))
+    # a plan whose total is exactly 64 GiB (every part a whole number of bytes): it fits, the HBM is
+    # exceeded only above it
+    cases.append(EXACT_HBM)
     return cases
 
 
 def prefill_cases() -> list[tuple[int, int, int, int]]:
     ctx = choice("pctx", [512 * 1024, 1024 * 1024])
     cards = 64
-    return [(cards, pp, cards // pp, ctx) for pp in (1, 2, 4, 8, 16, 32, 64)] + [(cards, 3, 21, ctx)]
+    return [(cards, pp, cards // pp, ctx) for pp in (1, 2, 4, 8, 16, 32, 64)] + [
+        (cards, 3, 21, ctx),
+        (76, 38, 2, ctx),  # PP equal to the 38 layers is allowed (one layer a stage)
+        (96, 1, 96, ctx),  # CP 96 does not divide the context: the largest shard holds ceil(context / CP)
+    ]
 
 
 def judge(
@@ -74,6 +85,46 @@ def judge(
             ),
             [FIX],
         )
+
+    def verdict() -> None:
+        """A Failure when fits / reason differ from the checker's."""
+        if got.get("fits") is fits and got.get("reason") == reason:
+            return
+        total = sum(parts.values()) if parts else None
+        tot = (
+            msg(
+                f" (total {fmt_gib(total)} against {fmt_gib(ref.CL.hbm_bytes)})",
+                f"（合计 {fmt_gib(total)}，容量 {fmt_gib(ref.CL.hbm_bytes)}）",
+            )
+            if total
+            else ""
+        )
+        why = REASON_TEXT[reason] if reason else msg("it fits", "它放得下")
+        unit = ""
+        if reason is None and got.get("reason") == "hbm" and total == ref.CL.hbm_bytes:
+            unit = msg(
+                " The total is exactly 64 GiB: a plan is rejected only when its total exceeds the HBM.",
+                " 合计恰好 64 GiB：只有合计超过 HBM 时方案才被拒绝。",
+            )
+        elif reason is None and got.get("reason") == "hbm" and total and total > 64e9:
+            unit = msg(
+                " The HBM is 64 GiB = 68.7e9 bytes, not 64e9.", " HBM 是 64 GiB = 68.7e9 字节，不是 64e9。"
+            )
+        elif got.get("reason") == "layers" and kind == "prefill" and case[1] <= ref.CFG.n_layers:
+            unit = msg(
+                f" PP {case[1]} does not exceed the {ref.CFG.n_layers} layers (a stage of one layer is fine).",
+                f" PP {case[1]} 没有超过 {ref.CFG.n_layers} 层（一个阶段只有一层也可以）。",
+            )
+        raise Failure(
+            msg(
+                f"{name}: you say fits={got.get('fits')!r}, reason={got.get('reason')!r}; expected fits={fits}, reason={reason!r}: {why}{tot}.{unit}",
+                f"{name}：你的结果是 fits={got.get('fits')!r}，reason={got.get('reason')!r}；应为 fits={fits}，reason={reason!r}：{why}{tot}。{unit}",
+            ),
+            [FIX],
+        )
+
+    if got.get("reason") in ("cards", "experts", "layers") and got.get("reason") != reason:
+        verdict()  # a rule-based rejection returns no bytes: say which rule, not that bytes are missing
     if parts is not None:
         gparts = got.get("bytes")
         if not isinstance(gparts, dict):
@@ -88,36 +139,19 @@ def judge(
             g = gparts.get(part)
             if not isinstance(g, int | float) or abs(g - n) > 1e-6 * max(n, 1.0) + 1:
                 shown = fmt_gib(g) if isinstance(g, int | float) else repr(g)
+                want = fmt_gib(n)
+                shown_zh, want_zh = shown, want
+                if shown == want:  # too close for GiB: in bytes
+                    shown, want = f"{g:.0f} bytes", f"{n:.0f} bytes"
+                    shown_zh, want_zh = f"{g:.0f} 字节", f"{n:.0f} 字节"
                 raise Failure(
                     msg(
-                        f"{name}: '{part}' is {shown} per card, the checker computes {fmt_gib(n)} = {ref.PART_RULE[kind][part]}.",
-                        f"{name}：'{part}' 每卡为 {shown}，检查器算出 {fmt_gib(n)} = {ref.PART_RULE[kind][part]}。",
+                        f"{name}: '{part}' is {shown} per card, the checker computes {want} = {ref.PART_RULE[kind][part]}.",
+                        f"{name}：'{part}' 每卡为 {shown_zh}，检查器算出 {want_zh} = {ref.PART_RULE[kind][part]}。",
                     ),
                     [FIX],
                 )
-    if got.get("fits") is not fits or got.get("reason") != reason:
-        total = sum(parts.values()) if parts else None
-        tot = (
-            msg(
-                f" (total {fmt_gib(total)} against {fmt_gib(ref.CL.hbm_bytes)})",
-                f"（合计 {fmt_gib(total)}，容量 {fmt_gib(ref.CL.hbm_bytes)}）",
-            )
-            if total
-            else ""
-        )
-        why = REASON_TEXT[reason] if reason else msg("it fits", "它放得下")
-        unit = ""
-        if reason is None and got.get("reason") == "hbm" and total and total > 64e9:
-            unit = msg(
-                " The HBM is 64 GiB = 68.7e9 bytes, not 64e9.", " HBM 是 64 GiB = 68.7e9 字节，不是 64e9。"
-            )
-        raise Failure(
-            msg(
-                f"{name}: you say fits={got.get('fits')!r}, reason={got.get('reason')!r}; expected fits={fits}, reason={reason!r}: {why}{tot}.{unit}",
-                f"{name}：你的结果是 fits={got.get('fits')!r}，reason={got.get('reason')!r}；应为 fits={fits}，reason={reason!r}：{why}{tot}。{unit}",
-            ),
-            [FIX],
-        )
+    verdict()
 
 
 def check() -> tuple[str, dict[str, float]]:

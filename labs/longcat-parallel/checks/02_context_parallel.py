@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from labkit.check import main
 from labkit.longcat import TinyLongcat, TinyLongcatConfig, causal_attention
 from lc_harness import qkv_case
-from lccheck import WORLD, Failure, choice, max_err, msg, ranks, rng, run_seed
+from lccheck import WORLD, Failure, choice, max_err, msg, ranks, rng, run_seed, sent_elements
 
 TOL = 1e-4  # fp32 ring merge vs one softmax: ~1e-6 on these sizes
 FIX = msg("Fix cp_attention() in cp_attention.py.", "修改 cp_attention.py 中的 cp_attention()。")
@@ -106,7 +106,7 @@ def check() -> tuple[str, dict[str, float]]:
     cfg = TinyLongcatConfig(seed=cfg_seed)
     s_model = WORLD * choice("len", [3, 4, 5])
     ids = torch.randint(0, cfg.vocab_size, (2, s_model), generator=g)
-    values, _ = ranks(
+    values, res = ranks(
         "cp", cases, {"seed": cfg_seed, "ids": ids.tolist()}, file_hint="cp_attention.py: cp_attention()"
     )
     worst = 0.0
@@ -147,6 +147,24 @@ def check() -> tuple[str, dict[str, float]]:
             ),
             [FIX],
         )
+    # the technique: every rank's K and V reach the world - 1 other ranks once (a ring of world ranks
+    # has world - 1 passes; an all-gather sends each block to world - 1 ranks)
+    sent = sent_elements(res)
+    for r in range(WORLD):
+        calls, need = values[r]["kv_calls"], (WORLD - 1) * values[r]["kv_elems"]
+        if sent[r] > need + 16 * calls:
+            raise Failure(
+                msg(
+                    f"The results are right, but rank {r} sent {sent[r]} elements over its {calls} calls of cp_attention(), "
+                    f"{sent[r] / need:.2f}x what the KV needs ({need}): each rank's K and V blocks must reach the {WORLD - 1} "
+                    f"other ranks once, so a ring of {WORLD} ranks makes {WORLD - 1} passes, not {WORLD}. "
+                    "A pass after the last block has been merged moves data nobody uses.",
+                    f"结果正确，但第 {r} 号进程在 {calls} 次 cp_attention() 调用中发送了 {sent[r]} 个元素，是 KV 所需（{need}）的 "
+                    f"{sent[r] / need:.2f} 倍：每个进程的 K、V 块只需到达其他 {WORLD - 1} 个进程各一次，所以 {WORLD} 个进程的环只需传递 "
+                    f"{WORLD - 1} 次，而不是 {WORLD} 次。最后一块合并之后再传一次，传的是没人用的数据。",
+                ),
+                [FIX],
+            )
     return msg(
         f"Context-parallel attention on {WORLD} processes equals single-process causal attention on {len(cases)} shapes (max error {worst:.2g}) and the tiny model's prefill logits (max error {err:.2g}).",
         f"{WORLD} 个进程上的上下文并行注意力与单进程因果注意力一致：{len(cases)} 组形状（最大误差 {worst:.2g}），微型模型预填充的 logits（最大误差 {err:.2g}）。",

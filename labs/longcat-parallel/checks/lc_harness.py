@@ -27,7 +27,14 @@ def _shard(t: torch.Tensor, rank: int, world: int, dim: int) -> torch.Tensor:
 
 
 def cp(rank: int, world: int, cases: list[dict[str, int]], model: dict[str, Any]) -> dict[str, Any]:
-    fn = importlib.import_module("cp_attention").cp_attention
+    attendee = importlib.import_module("cp_attention").cp_attention
+    kv = {"calls": 0, "elems": 0}  # K and V elements this rank's calls were given (the traffic bound)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rank: int, world: int) -> Any:
+        kv["calls"] += 1
+        kv["elems"] += k.numel() + v.numel()
+        return attendee(q, k, v, rank, world)
+
     outs = []
     for c in cases:
         q, k, v = qkv_case(c["seed"], c["b"], c["h"], c["s"], c["d"])
@@ -37,7 +44,7 @@ def cp(rank: int, world: int, cases: list[dict[str, int]], model: dict[str, Any]
     part = ids.chunk(world, 1)[rank]
     offset = rank * part.shape[1]
     logits = m.forward(part, offset=offset, attention=lambda q, k, v, off: fn(q, k, v, rank, world))
-    return {"cases": outs, "logits": logits}
+    return {"cases": outs, "logits": logits, "kv_calls": kv["calls"], "kv_elems": kv["elems"]}
 
 
 class Experts:

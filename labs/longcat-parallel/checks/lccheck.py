@@ -69,6 +69,28 @@ def a2a_elements(res: ldist.DistResult) -> tuple[int, int]:
     return calls, elems
 
 
+def sent_elements(res: ldist.DistResult, world: int = WORLD) -> list[int]:
+    """Elements each rank handed to other ranks, from the ranks' logs: a ``send`` counts its
+    tensor, an all-gather its input once for each of the world - 1 other ranks. (Other calls are
+    not counted: a bound on this is never too strict.)"""
+    out = []
+    for r in res.ranks:
+        n = 0
+        for e in r.events:
+            if e["ev"] not in ("enter", "issue"):
+                continue
+            shapes = e.get("shapes") or []
+            if e.get("op") == "send" and shapes and isinstance(shapes[0], list):
+                n += math.prod(shapes[0])
+            elif e.get("op") in ("all_gather", "all_gather_into_tensor") and len(shapes) > 1:
+                inp = shapes[1]
+                if inp and isinstance(inp[0], list):
+                    continue  # a list as the input is not an all-gather's tensor
+                n += math.prod(inp) * (world - 1)
+        out.append(n)
+    return out
+
+
 def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     if not isinstance(a, torch.Tensor) or a.shape != b.shape:
         return math.inf
@@ -94,4 +116,5 @@ __all__ = [
     "ranks",
     "rng",
     "run_seed",
+    "sent_elements",
 ]

@@ -22,7 +22,9 @@ HINT = msg(
 def check() -> tuple[str, dict[str, float]]:
     s = kc.run_seed("chunk")
     err = 0.0
-    cases = ((2, 128 + 1 + s % 63, 64), (2, 40, 64), (1, 96, 32))
+    # a length of this run past whole chunks, a single short chunk, another chunk size, and a last
+    # chunk of a single token
+    cases = ((2, 128 + 1 + s % 63, 64), (2, 40, 64), (1, 96, 32), (1, 65, 32))
     for H, T, chunk in cases:
         x, x32 = kc.inputs(s + T, H, T)
         ref_o, ref_s = kc.golden(x)

@@ -3,6 +3,7 @@ merged 8 -> 16 -> 32 with products on the Cube (the emulator's record of the mat
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def check() -> tuple[str, dict[str, float]]:
     rep: dict = {}
     for label, a in cases:
         C = a.shape[0]
-        res = kc.call(kc.HARNESS, "run_inverse", a.float(), hint=HINT)
+        res = kc.call(kc.HARNESS, "run_inverse", a.float(), hint=HINT, timeout=20)
         ref = torch.linalg.inv(torch.eye(C, dtype=torch.float64) + a.float().double())
         what = msg(f"tril_inverse ({label} A, {C}x{C})", f"tril_inverse（{label} A，{C}x{C}）")
         err = max(
@@ -73,6 +74,26 @@ def check() -> tuple[str, dict[str, float]]:
                     f"{what}: the Cube products have row counts {ms}; merging 8x8 leaves 8 -> 16 -> ... gives {want}. "
                     "Are the leaves 8x8?",
                     f"{what}：Cube 乘法的行数是 {ms}；从 8x8 叶子块逐级合并 8 -> 16 -> ... 应为 {want}。叶子块是 8x8 吗？",
+                ),
+                [HINT],
+            )
+        if res["left"]:
+            groups: dict[tuple[str, str], list[int]] = {}
+            for n, b, nb in res["left"]:
+                auto = re.fullmatch(r"([a-z_]+)\d+", n)  # the emulator's own names: neg0, neg1, ... as one
+                groups.setdefault((auto.group(1) if auto else n, b), []).append(nb)
+            tiles = ", ".join(
+                f"'{n}'{f' x{len(v)}' if len(v) > 1 else ''} ({b}, {sum(v) / 1024:.2f} KiB)"
+                for (n, b), v in groups.items()
+            )
+            total = sum(nb for _, _, nb in res["left"]) / 1024
+            raise Failure(
+                msg(
+                    f"{what}: the inverse is right, but tril_inverse returns with tiles it no longer needs still allocated: "
+                    f"{tiles}, {total:.2f} KiB in all. They stay until the task ends, and in step 5 the inverse runs inside "
+                    "a task that fills most of the 184 KiB UB: free each temporary (k.free) once it is used.",
+                    f"{what}：逆矩阵正确，但 tril_inverse 返回时仍占着不再需要的块：{tiles}，共 {total:.2f} KiB。"
+                    "它们会一直占用到任务结束，而第 5 步中求逆所在的任务几乎占满 184 KiB 的 UB：每个临时块用完就要释放（k.free）。",
                 ),
                 [HINT],
             )

@@ -27,12 +27,15 @@ def run_inverse(a: torch.Tensor) -> dict[str, Any]:
     C = a.shape[0]
     out = torch.full((C, C), float("nan"))
     k = tile.Kernel("tril_inverse")
-    with k.task("inverse"):
-        x = tril_inverse(k, k.load(a, "UB", "A"))
+    with k.task("inverse") as task:
+        at = k.load(a, "UB", "A")
+        x = tril_inverse(k, at)
         if not isinstance(x, tile.Tile):
             raise TypeError(f"tril_inverse must return a Tile, got {type(x).__name__}")
+        # what the function leaves allocated besides its input and its result: held until the task ends
+        left = [(t.name, t.buf, t.nbytes) for t in task.live if t is not at and t is not (x.owner or x)]
         k.store(x, out)
-    return {"out": out, "report": k.report()}
+    return {"out": out, "report": k.report(), "left": left}
 
 
 def run_prefill(x: dict[str, torch.Tensor], scale: float, chunk: int) -> dict[str, Any]:
