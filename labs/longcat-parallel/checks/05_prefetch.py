@@ -28,6 +28,9 @@ def check() -> tuple[str, dict[str, float]]:
     # DP 1 (TP 128) on short contexts: the idle HBM time of the light ops is worth several weight ops
     # of the layer, and each host must still serve the next op that reads weights first
     plans.append((128, 1, 128, choice("bshort", [64, 128, 256]), 1024))
+    # DP 8 with a large batch on short contexts: the light ops' idle time fetches more than L2
+    # holds before the weights are used, so L2 must be counted across prefetches (fixed: every press)
+    plans.append((128, 8, 128, 512, 1024))
     got = run_function(SINGLE, "prefetch_cases", plans, timeout=60).unwrap(FIX)
     rows, metrics = [], {}
     for plan, pf in zip(plans, got["plans"], strict=True):

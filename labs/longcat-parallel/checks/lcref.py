@@ -69,18 +69,23 @@ def tpot_ms(
 
 def ref_prefetch(ops: list) -> list[Prefetch]:
     """Greedy: every op whose own HBM traffic leaves room (not memory-bound) brings in as much of
-    the next weight-reading op's weights as fits in its idle HBM time."""
+    the next weight-reading op's weights as fits in its idle HBM time and in what L2 has free."""
     bw = CL.hbm_bw
     left = [op.weight_bytes for op in ops]
+    consumed = [0.0] * len(ops)  # prefetched bytes leave L2 when their op runs
+    level = 0.0  # bytes in L2, fetched and not yet consumed: never over its size
     out = []
     for i, op in enumerate(ops):
+        level -= consumed[i]
         d, mem, bound = op_window(op, CL)
         if bound == "memory":
             continue
         j = next((j for j in range(i + 1, len(ops)) if left[j] > 0), None)
-        take = 0.0 if j is None else min(bw * (d - mem), left[j], CL.l2_bytes)
+        take = 0.0 if j is None else min(bw * (d - mem), left[j], CL.l2_bytes - level)
         if j is not None and take > 0:
             left[j] -= take
+            level += take
+            consumed[j] += take
             out.append(Prefetch(i, j, take))
     return out
 

@@ -7,8 +7,11 @@ def plan_prefetch(ops, cluster=CLUSTER_A2):
     """A list of Prefetch(host, target, bytes) for the decode step `ops`."""
     bw = cluster.hbm_bw
     left = [op.weight_bytes for op in ops]
+    consumed = [0.0] * len(ops)  # bytes prefetched for op i leave L2 when op i runs
+    level = 0.0  # bytes in L2, fetched and not yet consumed
     plan = []
     for i, op in enumerate(ops):
+        level -= consumed[i]
         d, mem, bound = op_window(op, cluster)
         if bound == "memory":  # its own reads keep the HBM busy: no room, and they would contend
             continue
@@ -16,8 +19,12 @@ def plan_prefetch(ops, cluster=CLUSTER_A2):
         j = next((j for j in range(i + 1, len(ops)) if left[j] > 0), None)
         if j is None or room <= 0:
             continue
-        take = min(room, left[j], cluster.l2_bytes)
+        take = min(room, left[j], cluster.l2_bytes - level)
+        if take <= 0:  # L2 is full of weights still to be used
+            continue
         left[j] -= take
+        level += take
+        consumed[j] += take
         plan.append(Prefetch(i, j, take))
     return plan
 
