@@ -204,15 +204,29 @@ def quantize_mx(x: torch.Tensor, fmt: str | MXFormat = "mxfp4", axis: int = -1) 
     xf = x.detach().to("cpu", torch.float32).movedim(ax, -1)
     n = xf.shape[-1]
     nb = max(1, math.ceil(n / BLOCK_SIZE))
-    blocks = torch.nn.functional.pad(xf, (0, nb * BLOCK_SIZE - n)).reshape(*xf.shape[:-1], nb, BLOCK_SIZE)
-    bad = (~torch.isfinite(blocks)).any(-1)
-    amax = blocks.abs().nan_to_num(0.0, posinf=0.0).amax(-1)
-    se = shared_exponent(amax, f)
-    scale_codes = torch.where(bad, torch.full_like(se, E8M0_NAN), se + 127).to(torch.uint8)
-    scaled = torch.ldexp(blocks.to(torch.float64), (-se).unsqueeze(-1).to(torch.float64))
-    scaled = scaled.clamp(-f.max, f.max).to(torch.float32)  # exact: a power-of-two rescale of an fp32
-    codes = encode_e2m1(scaled) if f.bits == 4 else scaled.nan_to_num(0.0).to(f.torch_dtype).view(torch.uint8)
-    codes = torch.where(bad.unsqueeze(-1), torch.zeros_like(codes), codes)
+    pad = nb * BLOCK_SIZE - n
+    blocks = (torch.nn.functional.pad(xf, (0, pad)) if pad else xf).reshape(*xf.shape[:-1], nb, BLOCK_SIZE)
+    amax = blocks.abs().amax(-1)
+    if math.isfinite(float(amax.sum())):
+        # every block finite (a weight, nearly always): the steps below without the NaN and
+        # infinity handling, which changes nothing here. The rescale is one correctly rounded
+        # float32 division by a power of two, the value the exact float64 rescale rounds to
+        _, e = torch.frexp(amax)  # exact in float32 as in shared_exponent()'s float64
+        se = torch.where(amax > 0, (e - (1 + f.emax)).clamp_(-127, 127), -127)
+        scale_codes = (se + 127).to(torch.uint8)
+        scaled = (blocks / torch.pow(2.0, se).unsqueeze(-1)).clamp_(-f.max, f.max)
+        codes = encode_e2m1(scaled) if f.bits == 4 else scaled.to(f.torch_dtype).view(torch.uint8)
+    else:
+        bad = (~torch.isfinite(blocks)).any(-1)
+        amax = amax.nan_to_num(0.0, posinf=0.0)
+        se = shared_exponent(amax, f)
+        scale_codes = torch.where(bad, torch.full_like(se, E8M0_NAN), se + 127).to(torch.uint8)
+        scaled = torch.ldexp(blocks.to(torch.float64), (-se).unsqueeze(-1).to(torch.float64))
+        scaled = scaled.clamp(-f.max, f.max).to(torch.float32)  # exact: a power-of-two rescale of an fp32
+        codes = (
+            encode_e2m1(scaled) if f.bits == 4 else scaled.nan_to_num(0.0).to(f.torch_dtype).view(torch.uint8)
+        )
+        codes = torch.where(bad.unsqueeze(-1), torch.zeros_like(codes), codes)
     codes = codes.reshape(*xf.shape[:-1], nb * BLOCK_SIZE)[..., :n].movedim(-1, ax).contiguous()
     if f.bits == 4:
         codes = pack_fp4(codes)
@@ -230,8 +244,27 @@ def quantize_dequantize(x: torch.Tensor, fmt: str | MXFormat) -> tuple[torch.Ten
     xf = x.detach().to("cpu", torch.float32)
     n = xf.shape[-1]
     nb = max(1, math.ceil(n / BLOCK_SIZE))
-    blocks = torch.nn.functional.pad(xf, (0, nb * BLOCK_SIZE - n)).reshape(*xf.shape[:-1], nb, BLOCK_SIZE)
+    pad = nb * BLOCK_SIZE - n
+    blocks = (torch.nn.functional.pad(xf, (0, pad)) if pad else xf).reshape(*xf.shape[:-1], nb, BLOCK_SIZE)
     amax = blocks.abs().amax(-1, keepdim=True)  # NaN or inf exactly where the block holds one
+    rows = xf.numel() // n if n else 0
+    code_bytes = rows * ((n + 1) // 2) if f.bits == 4 else xf.numel()
+    if math.isfinite(float(amax.sum())):
+        # every block finite (an activation, nearly always): the steps below without the NaN and
+        # infinity handling, which changes nothing here, and with torch.ldexp's own formula
+        # (x * 2.0**e); a zero block's scale is left unclamped, as its values are zeros either
+        # way. The same values, bit for bit (a finite sum that overflows takes the general path)
+        _, e = torch.frexp(amax)
+        p2 = torch.pow(2.0, (e - (1 + f.emax)).clamp_(-127, 127))  # the block scales, exact
+        scaled = (blocks / p2).clamp_(-f.max, f.max)  # a power of two: x / 2**s == x * 2**-s
+        if f.bits == 4:  # decode_e2m1(encode_e2m1(v)): v rounded onto the E2M1 grid, sign kept
+            mag = scaled.abs()
+            step = torch.where(mag < 2, 0.5, torch.where(mag < 4, 1.0, 2.0))
+            values = torch.copysign(torch.round(mag / step) * step, scaled)
+        else:
+            values = scaled.to(f.torch_dtype).to(torch.float32)
+        out = (values * p2).reshape(*xf.shape[:-1], nb * BLOCK_SIZE)
+        return (out[..., :n] if pad else out), int(code_bytes + rows * nb)
     bad = ~torch.isfinite(amax)
     a = amax.nan_to_num(0.0, posinf=0.0)
     _, e = torch.frexp(a)  # exact in float32 as in shared_exponent()'s float64, subnormals included
@@ -244,8 +277,6 @@ def quantize_dequantize(x: torch.Tensor, fmt: str | MXFormat) -> tuple[torch.Ten
         values = scaled.nan_to_num(0.0).to(f.torch_dtype).to(torch.float32)
     scale = torch.where(bad, float("nan"), torch.ldexp(torch.ones_like(se), se))
     out = (torch.where(bad, 0.0, values) * scale).reshape(*xf.shape[:-1], nb * BLOCK_SIZE)
-    rows = xf.numel() // n if n else 0
-    code_bytes = rows * ((n + 1) // 2) if f.bits == 4 else xf.numel()
     return out[..., :n], int(code_bytes + rows * nb)
 
 

@@ -52,6 +52,16 @@ GROUPS = ("embed", "attn", "router", "expert", "shared", "norm", "lm_head", "mtp
 
 def group_of(name: str) -> str:
     """The placement/quantisation group of a weight name (see :data:`GROUPS`)."""
+    g = _GROUP_OF.get(name)
+    if g is None:
+        g = _GROUP_OF[name] = _group_of(name)
+    return g
+
+
+_GROUP_OF: dict[str, str] = {}  # name -> group: a linear asks on every call (CPU time only)
+
+
+def _group_of(name: str) -> str:
     if name.startswith("mtp."):
         return "mtp"
     if name in ("embed", "lm_head"):
@@ -73,6 +83,20 @@ def _nb(*ts: torch.Tensor) -> float:
     return float(sum(t.numel() * t.element_size() for t in ts))
 
 
+#: True inside an emulation session: the charges of an op are only worked out when someone
+#: listens (outside a session ``emu.account`` does nothing), which saves CPU time, never a figure
+_charging = emu.accounting_active
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
 # -- eager ops: the decompositions an unfused PyTorch model launches ----------------------------
 def eager_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
     """pow, mean, rsqrt(+eps), mul, mul: five kernels, each reading and writing its tensors."""
@@ -80,9 +104,10 @@ def eager_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Te
     ms = sq.mean(-1, keepdim=True)
     r = torch.rsqrt(ms + eps)
     y = (x * r) * gamma
-    emu.account(
-        "rms_norm", flops=4.0 * x.numel(), bytes=_nb(x, sq, sq, ms, ms, r, x, y, y, gamma, y), launches=5
-    )
+    if _charging():
+        emu.account(
+            "rms_norm", flops=4.0 * x.numel(), bytes=_nb(x, sq, sq, ms, ms, r, x, y, y, gamma, y), launches=5
+        )
     return y
 
 
@@ -91,7 +116,8 @@ def eager_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rms_norm(x + residual), x + residual)``: an add kernel, then the eager RMSNorm."""
     s = x + residual
-    emu.account("residual_add", flops=float(s.numel()), bytes=_nb(x, residual, s))
+    if _charging():
+        emu.account("residual_add", flops=float(s.numel()), bytes=_nb(x, residual, s))
     return eager_rms_norm(s, gamma, eps), s
 
 
@@ -100,7 +126,8 @@ def eager_swiglu(gate_up: torch.Tensor) -> torch.Tensor:
     a, b = gate_up.chunk(2, dim=-1)
     s = F.silu(a)
     y = s * b
-    emu.account("swiglu", flops=5.0 * y.numel(), bytes=_nb(a, s, s, b, y), launches=2)
+    if _charging():
+        emu.account("swiglu", flops=5.0 * y.numel(), bytes=_nb(a, s, s, b, y), launches=2)
     return y
 
 
@@ -113,9 +140,13 @@ def eager_gating(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     w, idx = w[..., :k], idx[..., :k]
     s = w.sum(-1, keepdim=True)
     w = (w / s).to(logits.dtype)
-    emu.account(
-        "moe_gating", flops=6.0 * logits.numel(), bytes=_nb(logits, probs, probs, w, idx, w, s, w), launches=4
-    )
+    if _charging():
+        emu.account(
+            "moe_gating",
+            flops=6.0 * logits.numel(),
+            bytes=_nb(logits, probs, probs, w, idx, w, s, w),
+            launches=4,
+        )
     return w, idx
 
 
@@ -125,13 +156,23 @@ def eager_experts(
     """Routed experts one by one (eager): per expert with rows, gate_up, SwiGLU, down and a
     weighted add, so the launches grow with the number of distinct experts in the batch."""
     out = torch.zeros_like(x)
-    for e in torch.unique(idx).tolist():
-        rows, col = (idx == e).nonzero(as_tuple=True)
-        name = f"{block}.moe.expert.{int(e)}"
+    # each expert's (row, slot) pairs in row-major order, as (idx == e).nonzero() gives them: a
+    # stable sort of the flattened ids keeps equal ids in flat-index order (CPU time only)
+    k = idx.shape[1]
+    order = torch.sort(idx.reshape(-1), stable=True)
+    uniq, cnt = torch.unique_consecutive(order.values, return_counts=True)
+    rows_all, cols_all = order.indices // k, order.indices % k
+    w_all = w[rows_all, cols_all].unsqueeze(-1)
+    start = 0
+    for e, c in zip(uniq.tolist(), cnt.tolist(), strict=True):
+        rows = rows_all[start : start + c]
+        name = f"{block}.moe.expert.{e}"
         y = model.linear(model.ops.swiglu(model.linear(x[rows], f"{name}.gate_up")), f"{name}.down")
-        y = y * w[rows, col].unsqueeze(-1)
-        emu.account("expert_combine", flops=2.0 * y.numel(), bytes=3 * _nb(y))
-        out = out.index_add(0, rows, y)
+        y = y * w_all[start : start + c]
+        if _charging():
+            emu.account("expert_combine", flops=2.0 * y.numel(), bytes=3 * _nb(y))
+        out.index_add_(0, rows, y)
+        start += c
     return out
 
 
@@ -147,14 +188,15 @@ def _grouped(
     outs = []
     start = 0
     act_q = _SharedActQuant(xs)  # the activation quant of all rows at once (rows are independent)
-    with _paused():  # charged once below, as one kernel
-        for name, c in zip(names, counts, strict=True):
-            outs.append(model.linear(xs[start : start + c], name, act_q=act_q.rows(start, c)))
-            start += c
+    for name, c in zip(names, counts, strict=True):  # uncharged: charged once below, as one kernel
+        outs.append(model._linear(xs[start : start + c], name, act_q.rows(start, c), False))
+        start += c
     y = torch.cat(outs, dim=0)
+    if not _charging():
+        return y
     first = model.weights[names[0]]
     shape = first.shape
-    dtype = first.fmt.name if isinstance(first, mx.MXTensor) else str(first.dtype).removeprefix("torch.")
+    dtype = first.fmt.name if isinstance(first, mx.MXTensor) else _dtype_name(first.dtype)
     act = model.act_fmt.get(group_of(names[0])) if isinstance(first, mx.MXTensor) else None
     act_bytes = float(xs.numel() * xs.element_size())
     if act is not None:
@@ -209,16 +251,18 @@ def grouped_experts(
     rows = order // k
     experts = flat[order]
     xs = x[rows]
-    emu.account("moe_init_routing", flops=float(flat.numel()), bytes=_nb(xs, xs, idx), fused=True)
-    active = torch.unique_consecutive(experts).tolist()
-    counts = [int((experts == e).sum()) for e in active]
+    if _charging():
+        emu.account("moe_init_routing", flops=float(flat.numel()), bytes=_nb(xs, xs, idx), fused=True)
+    uniq, cnt = torch.unique_consecutive(experts, return_counts=True)  # experts is sorted
+    active, counts = uniq.tolist(), cnt.tolist()
     base = f"{block}.moe.expert"
     h = _grouped(model, [f"{base}.{e}.gate_up" for e in active], xs, counts, "grouped_matmul")
     h = model.ops.swiglu(h)
     y = _grouped(model, [f"{base}.{e}.down" for e in active], h, counts, "grouped_matmul")
     y = y * w.reshape(-1)[order].unsqueeze(-1)
     out = torch.zeros_like(x).index_add(0, rows, y)
-    emu.account("moe_finalize_routing", flops=2.0 * y.numel(), bytes=_nb(y, out, w), fused=True)
+    if _charging():
+        emu.account("moe_finalize_routing", flops=2.0 * y.numel(), bytes=_nb(y, out, w), fused=True)
     return out
 
 
@@ -342,19 +386,30 @@ class DeployModel:
     ) -> torch.Tensor:
         """``x @ weights[name].T``, charged; ``act_q(fmt)``, when given, is ``x``'s activation
         quant (``mx.quantize_dequantize(x, fmt)``) already computed for another linear of ``x``."""
+        return self._linear(x, name, act_q, _charging())
+
+    def _linear(
+        self,
+        x: torch.Tensor,
+        name: str,
+        act_q: Callable[[str], tuple[torch.Tensor, int]] | None,
+        charge: bool,
+    ) -> torch.Tensor:
+        """:meth:`linear`, charged only when ``charge`` (the same values either way)."""
         w = self.weights[name]
         g = group_of(name)
         if isinstance(w, mx.MXTensor):
-            return self._mx_linear(x, w, self.act_fmt.get(g), act_q)
+            return self._mx_linear(x, w, self.act_fmt.get(g), act_q, charge)
         y = x @ w.t()
-        m = x.numel() // x.shape[-1]
-        n, k = w.shape
-        emu.account(
-            f"{g}_linear",
-            flops=2.0 * m * n * k,
-            bytes=float((x.numel() + y.numel()) * x.element_size() + n * k * w.element_size()),
-            dtype=str(w.dtype).removeprefix("torch."),
-        )
+        if charge:
+            m = x.numel() // x.shape[-1]
+            n, k = w.shape
+            emu.account(
+                f"{g}_linear",
+                flops=2.0 * m * n * k,
+                bytes=float((x.numel() + y.numel()) * x.element_size() + n * k * w.element_size()),
+                dtype=_dtype_name(w.dtype),
+            )
         return y
 
     def _mx_linear(
@@ -363,34 +418,38 @@ class DeployModel:
         w: mx.MXTensor,
         act: str | None,
         act_q: Callable[[str], tuple[torch.Tensor, int]] | None = None,
+        charge: bool = True,
     ) -> torch.Tensor:
         """``labkit.mx.mx_linear`` (same maths, same charges) with the dequantised weight cached:
         the weight is fixed, so decoding it again on every call only costs CPU time."""
         hit = self._deq.get(id(w))
         if hit is None or hit[0] is not w:
             hit = self._deq[id(w)] = (w, mx.dequantize(w, torch.float32).t().contiguous())
-        n_out, k = w.shape
-        m = x.numel() // k
         xq = x
-        act_bytes = float(x.numel() * x.element_size())
+        x_bytes = 0
         if act is not None:
             xq, x_bytes = act_q(act) if act_q is not None else mx.quantize_dequantize(x, act)
-            emu.account(
-                "dynamic_mx_quant",
-                flops=4.0 * x.numel(),
-                bytes=act_bytes + x_bytes,
-                fused=True,
-                dtype=mx.get_format(act).name,
-            )
-            act_bytes = float(x_bytes)
         out = (xq.to(torch.float32) @ hit[1]).to(x.dtype)
-        emu.account(
-            "mx_matmul",
-            flops=2.0 * m * n_out * k,
-            bytes=act_bytes + w.nbytes + out.numel() * out.element_size(),
-            fused=True,
-            dtype=w.fmt.name,
-        )
+        if charge:
+            n_out, k = w.shape
+            m = x.numel() // k
+            act_bytes = float(x.numel() * x.element_size())
+            if act is not None:
+                emu.account(
+                    "dynamic_mx_quant",
+                    flops=4.0 * x.numel(),
+                    bytes=act_bytes + x_bytes,
+                    fused=True,
+                    dtype=mx.get_format(act).name,
+                )
+                act_bytes = float(x_bytes)
+            emu.account(
+                "mx_matmul",
+                flops=2.0 * m * n_out * k,
+                bytes=act_bytes + w.nbytes + out.numel() * out.element_size(),
+                fused=True,
+                dtype=w.fmt.name,
+            )
         return out
 
     def _attention(
@@ -418,16 +477,19 @@ class DeployModel:
         kk = cache.k[slot][:, :, : offset + s]
         vv = cache.v[slot][:, :, : offset + s]
         t = kk.shape[2]
-        kv_bytes = _nb(kk, vv)
+        charge = _charging()
+        kv_bytes = _nb(kk, vv) if charge else 0.0
         rep = c.n_heads // c.n_kv_heads
         kk, vv = kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
         scores = (q @ kk.transpose(-1, -2)) * (c.head_dim**-0.5)
-        qpos = torch.arange(offset, offset + s).unsqueeze(1)
-        scores = scores.masked_fill(torch.arange(t).unsqueeze(0) > qpos, float("-inf"))
+        if s > 1:  # one query sees every cached position: its causal mask is empty
+            qpos = torch.arange(offset, offset + s).unsqueeze(1)
+            scores = scores.masked_fill(torch.arange(t).unsqueeze(0) > qpos, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ vv
-        emu.account(
-            "attention", flops=4.0 * bs * c.n_heads * s * t * c.head_dim, bytes=_nb(q, out) + kv_bytes
-        )
+        if charge:
+            emu.account(
+                "attention", flops=4.0 * bs * c.n_heads * s * t * c.head_dim, bytes=_nb(q, out) + kv_bytes
+            )
         out = out.transpose(1, 2).reshape(bs, s, c.n_heads * c.head_dim)
         return self.linear(out, f"{b}.attn.wo")
 
@@ -441,7 +503,8 @@ class DeployModel:
             self.ops.swiglu(self.linear(flat, f"{b}.moe.shared_gate_up")), f"{b}.moe.shared_down"
         )
         y = out + shared
-        emu.account("expert_combine", flops=float(y.numel()), bytes=3 * _nb(y))
+        if _charging():
+            emu.account("expert_combine", flops=float(y.numel()), bytes=3 * _nb(y))
         return y.view(shape)
 
     def _rope(self, offset: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -474,7 +537,8 @@ class DeployModel:
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         y = F.embedding(ids, self.weights["embed"])
-        emu.account("embedding", flops=0.0, bytes=_nb(y) * 2 + _nb(ids))
+        if _charging():
+            emu.account("embedding", flops=0.0, bytes=_nb(y) * 2 + _nb(ids))
         return y
 
     def _forward(self, ids: list[int], cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
