@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,8 @@ _emu_account: list[Callable[..., Any] | None] = []
 
 def on_npu(*tensors: Any) -> bool:
     """True when any argument (or element of a list argument) is a tensor on an NPU."""
+    if "torch_npu" not in sys.modules:  # no tensor is on an NPU before torch_npu is imported
+        return False
     for t in tensors:
         if isinstance(t, list | tuple):
             if on_npu(*t):
@@ -42,6 +45,14 @@ def account(
     fn = _emu_account[0]
     if fn is not None:
         fn(op, flops=float(flops), bytes=float(bytes), launches=launches, fused=fused, dtype=dtype)
+
+
+def charging() -> bool:
+    """False only when an imported ``labkit.emu`` has no session listening (``account`` would charge
+    nothing): lets an op skip working out its charges, which costs CPU time only."""
+    emu = sys.modules.get("labkit.emu")
+    active = getattr(emu, "accounting_active", None)
+    return active is None or bool(active())
 
 
 def nbytes(*tensors: Any) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ._common import account, dtype_name, nbytes, on_npu, torch_npu
+from ._common import account, charging, dtype_name, nbytes, on_npu, torch_npu
 
 
 def npu_moe_gating_top_k_softmax(
@@ -38,9 +38,13 @@ def npu_moe_gating_top_k_softmax(
     n = x.numel() // num_experts
     row_idx = torch.arange(n * k, dtype=torch.int32).reshape(k, n).t().reshape(idx.shape).contiguous()
     y = y.to(x.dtype)
-    account(
-        "moe_gating_top_k_softmax", flops=5 * x.numel(), bytes=nbytes(x, y, idx, row_idx), dtype=dtype_name(x)
-    )
+    if charging():
+        account(
+            "moe_gating_top_k_softmax",
+            flops=5 * x.numel(),
+            bytes=nbytes(x, y, idx, row_idx),
+            dtype=dtype_name(x),
+        )
     return y, idx, row_idx
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import account, dtype_name, nbytes, on_npu, torch_npu
+from ._common import account, charging, dtype_name, nbytes, on_npu, torch_npu
 
 
 def _rstd(xf: torch.Tensor, norm_dims: int, epsilon: float) -> torch.Tensor:
@@ -26,7 +26,10 @@ def npu_rms_norm(
     xf = self.float()
     rstd = _rstd(xf, gamma.dim(), epsilon)
     y = (xf * rstd * gamma.float()).to(self.dtype)
-    account("rms_norm", flops=4 * self.numel(), bytes=nbytes(self, gamma, y, rstd), dtype=dtype_name(self))
+    if charging():
+        account(
+            "rms_norm", flops=4 * self.numel(), bytes=nbytes(self, gamma, y, rstd), dtype=dtype_name(self)
+        )
     return y, rstd
 
 
@@ -41,9 +44,13 @@ def npu_add_rms_norm(
     rstd = _rstd(xf, gamma.dim(), epsilon)
     y = (xf * rstd * gamma.float()).to(x1.dtype)
     x = xf.to(x1.dtype)
-    account(
-        "add_rms_norm", flops=5 * x1.numel(), bytes=nbytes(x1, x2, gamma, y, rstd, x), dtype=dtype_name(x1)
-    )
+    if charging():
+        account(
+            "add_rms_norm",
+            flops=5 * x1.numel(),
+            bytes=nbytes(x1, x2, gamma, y, rstd, x),
+            dtype=dtype_name(x1),
+        )
     return y, rstd, x
 
 
@@ -55,5 +62,6 @@ def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
         raise ValueError(f"npu_swiglu: dim {dim} has odd size {input.shape[dim]}")
     a, b = input.float().chunk(2, dim=dim)
     out = (a * torch.sigmoid(a) * b).to(input.dtype)
-    account("swiglu", flops=5 * out.numel(), bytes=nbytes(input, out), dtype=dtype_name(input))
+    if charging():
+        account("swiglu", flops=5 * out.numel(), bytes=nbytes(input, out), dtype=dtype_name(input))
     return out

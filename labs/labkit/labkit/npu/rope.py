@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import account, dtype_name, nbytes, on_npu, torch_npu
+from ._common import account, charging, dtype_name, nbytes, on_npu, torch_npu
 
 
 def npu_rotary_mul(
@@ -34,5 +34,8 @@ def npu_rotary_mul(
     else:
         raise ValueError(f"npu_rotary_mul: rotary_mode must be 'half' or 'interleave', got {rotary_mode!r}")
     out = (r1.float() * x + r2.float() * rot).to(input.dtype)
-    account("rotary_mul", flops=3 * out.numel(), bytes=nbytes(input, r1, r2, out), dtype=dtype_name(input))
+    if charging():
+        account(
+            "rotary_mul", flops=3 * out.numel(), bytes=nbytes(input, r1, r2, out), dtype=dtype_name(input)
+        )
     return out
