@@ -264,3 +264,14 @@ def test_finite_fast_path_equals_the_general_path(fmt: str) -> None:
             ref, ref_nbytes = mx.quantize_dequantize(bad, fmt)
             assert nbytes == a.nbytes and ref_nbytes == b.nbytes
             assert torch.equal(got.view(torch.int32), ref[: shape[0]].view(torch.int32))
+
+
+def test_finite_e2m1_encoder_equals_encode_e2m1_near_every_boundary() -> None:
+    """The fast path's E2M1 encoder (one bucketize) against encode_e2m1 on every float32 within
+    4096 ulps of each grid value and midpoint, both signs (checked once on all of [-6, 6])."""
+    points = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0])
+    bits = points.view(torch.int32).unsqueeze(1) + torch.arange(-4096, 4097, dtype=torch.int32)
+    v = bits[bits >= 0].view(torch.float32)
+    v = torch.cat((v[v <= 6.0], torch.rand(100_000) * 6))
+    for s in (v, -v):
+        assert torch.equal(mx._encode_e2m1_finite(s), mx.encode_e2m1(s))
