@@ -153,3 +153,18 @@ def test_unreachable_endpoint_falls_back_to_rules():
     assert p.skill == "fused_ops" and p.source.startswith("rules (llm failed:")
     assert OpenAIProposer.from_env({}) is None
     assert OpenAIProposer.from_env({"AGENT_LLM_BASE_URL": "http://x/v1", "AGENT_LLM_MODEL": "m"}).model == "m"
+
+
+def test_what_the_model_hands_back_can_be_changed_in_place(loaded, prompt):
+    """The forward passes run in inference mode; their results and the KV cache are ordinary
+    tensors all the same (a decode loop may write into them)."""
+    m = DeployModel(loaded[0])
+    logits, hidden, cache = m.prefill(prompt, max_new=4)
+    logits[0] += 1.0
+    hidden.mul_(2.0)
+    cache.k[0].zero_()
+    step_logits, step_hidden = m.step([int(logits[-1].argmax())], cache)
+    step_logits.div_(2.0)
+    step_hidden[0, 0] = 0.0
+    m.teacher_logits(prompt).neg_()
+    assert not any(t.is_inference() for t in (logits, hidden, cache.k[0], step_logits, step_hidden))

@@ -26,6 +26,10 @@ never write into a tensor), so a runner can try a skill on a copy and drop it.
 
 The maths equals :class:`labkit.models.TinyMoE` (tested); prefill is always eager (as the Hy3
 A3 deployment keeps it) and is not charged to the emulated device: decode is what the lab measures.
+
+The forward passes run under ``torch.inference_mode()`` (less CPU per op than ``no_grad``); what
+they hand back (logits, hidden states) are ordinary tensors (copies) and the KV cache is allocated
+outside it, so the caller may change any of them in place, as before.
 """
 
 from __future__ import annotations
@@ -575,21 +579,23 @@ class DeployModel:
             c.head_dim,
             torch.float32,
         )
-        with _paused():  # the lab measures decode; prefill stays eager and is not charged
+        # the lab measures decode; prefill stays eager and is not charged
+        with torch.inference_mode(), _paused():
             logits, hidden = self._forward(list(prompt_ids), cache)
             if c.mtp and len(prompt_ids) > 1:
                 self._mtp(hidden[:-1].unsqueeze(0), list(prompt_ids[1:]), cache, 0)
-        return logits, hidden, cache
+        return logits.clone(), hidden.clone(), cache
 
     @torch.no_grad()
     def step(self, ids: list[int], cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
         """One decode step over ``ids`` (1 token, or a token plus drafts) at ``cache.length``:
         (logits [len(ids), V], hidden [len(ids), D]); the cache advances by ``len(ids)``. Set
         ``cache.length`` back to drop positions that were not accepted."""
-        with self._in_graph("decode", len(ids)):
+        with torch.inference_mode(), self._in_graph("decode", len(ids)):
             logits, hidden = self._forward(list(ids), cache)
-            emu.account("argmax", flops=float(logits.numel()), bytes=_nb(logits))
-        return logits, hidden
+            if _charging():
+                emu.account("argmax", flops=float(logits.numel()), bytes=_nb(logits))
+        return logits.clone(), hidden.clone()
 
     def _mtp(self, hidden: torch.Tensor, next_ids: list[int], cache: KVCache, offset: int) -> torch.Tensor:
         e = self._embed(torch.tensor([next_ids], dtype=torch.long))
@@ -611,10 +617,11 @@ class DeployModel:
         ``position`` (``[D]``, as :meth:`step` returns it) and the token at ``position + 1``."""
         if not self.cfg.mtp:
             raise RuntimeError("this model has no MTP head")
-        with self._in_graph("mtp", 1):
+        with torch.inference_mode(), self._in_graph("mtp", 1):
             logits = self._mtp(hidden.view(1, 1, -1), [next_id], cache, position)
-            emu.account("argmax", flops=float(logits.numel()), bytes=_nb(logits))
-        return int(logits[-1].argmax())
+            if _charging():
+                emu.account("argmax", flops=float(logits.numel()), bytes=_nb(logits))
+            return int(logits[-1].argmax())
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[int], n: int) -> list[int]:
@@ -624,10 +631,11 @@ class DeployModel:
     @torch.no_grad()
     def teacher_logits(self, ids: list[int]) -> torch.Tensor:
         """Logits [S, V] of one eager forward over ``ids`` (teacher forcing, no emulated cost)."""
-        with _paused():
+        with torch.inference_mode(), _paused():
             c = self.cfg
             cache = KVCache(c.n_layers + 1, 1, c.n_kv_heads, len(ids), c.head_dim, torch.float32)
-            return self._forward(list(ids), cache)[0]
+            logits = self._forward(list(ids), cache)[0]
+        return logits.clone()
 
 
 class _Null:
