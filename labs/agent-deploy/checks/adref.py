@@ -283,15 +283,18 @@ _REF_MODELS: dict[tuple[str, ...], DeployModel] = {}
 _REF_TOKENS: dict[tuple[Any, ...], list[int]] = {}
 _REF_TEACHER: dict[tuple[Any, ...], torch.Tensor] = {}
 _REF_CHARGED: dict[tuple[Any, ...], tuple[float, int, float, float]] = {}
+_WARM: set[tuple[str, ...]] = set()
 
 
 def ref(names: tuple[str, ...]) -> DeployModel:
     """The checker's model after the reference skills ``names`` (one instance per check: clone it
     before changing anything)."""
     if names not in _REF_MODELS:
-        m = chain(*names)
-        if m.graph:  # compile its step shapes now (a 3-token run), so its first reference run is warm
-            m.generate(base_and_tok()[1].encode("the", bos=True), 3)
+        if names:  # the skills applied to (a clone of) the model of the skills before the last
+            m = CHAIN_SKILLS[names[-1]](ref(names[:-1]).clone())  # (its weights are not re-quantised)
+            m.applied.append(names[-1])
+        else:
+            m = fresh()
         _REF_MODELS[names] = m
     return _REF_MODELS[names]
 
@@ -300,8 +303,12 @@ def _ref_run(names: tuple[str, ...], p: list[int], n: int) -> None:
     """One generation of ``p`` on ``ref(names)`` in a session: its tokens, and its charges when
     the run compiled no graph (a cold run's charges include the one-time compile: not kept)."""
     key = (names, tuple(p), n)
+    m = ref(names)
+    if m.graph and names not in _WARM:  # compile its step shapes (a 3-token run): its runs are warm
+        m.generate(base_and_tok()[1].encode("the", bos=True), 3)
+        _WARM.add(names)
     with emu.session(PROFILE, measurer=False) as s:
-        toks = ref(names).generate(p, n)
+        toks = m.generate(p, n)
     rep = s.report()
     _REF_TOKENS.setdefault(key, toks)
     if "graph_compile" not in rep.ops:
