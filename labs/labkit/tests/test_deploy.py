@@ -168,3 +168,19 @@ def test_what_the_model_hands_back_can_be_changed_in_place(loaded, prompt):
     step_hidden[0, 0] = 0.0
     m.teacher_logits(prompt).neg_()
     assert not any(t.is_inference() for t in (logits, hidden, cache.k[0], step_logits, step_hidden))
+
+
+def test_dequantised_weight_cache_equals_each_weights_own(loaded, prompt):
+    """The MX weights are dequantised for the cache in stacks of alike weights: each entry is bit
+    for bit that weight's own dequantisation."""
+    m = DeployModel(loaded[0])
+    for n in m.names("expert"):
+        m.weights[n] = mx.quantize_mx(m.weights[n], "mxfp4")
+    for n in m.names("attn"):
+        m.weights[n] = mx.quantize_mx(m.weights[n], "mxfp8_e4m3")
+    m.act_fmt["expert"] = "mxfp8_e4m3"
+    m.generate(prompt, 2)
+    for n in m.names("expert") + m.names("attn"):
+        w = m.weights[n]
+        assert m._deq[id(w)][0] is w
+        assert torch.equal(m._deq[id(w)][1], mx.dequantize(w, torch.float32).t().contiguous())

@@ -428,7 +428,10 @@ class DeployModel:
         the weight is fixed, so decoding it again on every call only costs CPU time."""
         hit = self._deq.get(id(w))
         if hit is None or hit[0] is not w:
-            hit = self._deq[id(w)] = (w, mx.dequantize(w, torch.float32).t().contiguous())
+            self._dequantize_weights()
+            hit = self._deq.get(id(w))
+            if hit is None or hit[0] is not w:  # not one of this model's weights
+                hit = self._deq[id(w)] = (w, mx.dequantize(w, torch.float32).t().contiguous())
         xq = x
         x_bytes = 0
         if act is not None:
@@ -455,6 +458,43 @@ class DeployModel:
                 dtype=w.fmt.name,
             )
         return out
+
+    def _dequantize_weights(self) -> None:
+        """Fill the dequantised-weight cache for every MX weight of this model not in it yet, one
+        :func:`labkit.mx.dequantize` per group of alike weights (e.g. the experts of a layer)
+        stacked: elementwise, so each slice is that weight's own dequantisation (CPU time only)."""
+        groups: dict[tuple[Any, ...], list[mx.MXTensor]] = {}
+        for t in self.weights.values():
+            if isinstance(t, mx.MXTensor):
+                hit = self._deq.get(id(t))
+                if hit is None or hit[0] is not t:
+                    key = (
+                        t.fmt,
+                        t.shape,
+                        t.axis,
+                        t.codes.shape,
+                        t.codes.dtype,
+                        t.scales.shape,
+                        t.scales.dtype,
+                    )
+                    groups.setdefault(key, []).append(t)
+        for ts in groups.values():
+            t0 = ts[0]
+            if len(ts) == 1 or t0.axis < 0 or t0.axis >= len(t0.shape):
+                for t in ts:
+                    self._deq[id(t)] = (t, mx.dequantize(t, torch.float32).t().contiguous())
+                continue
+            stacked = mx.MXTensor(
+                torch.stack([t.codes for t in ts]),
+                torch.stack([t.scales for t in ts]),
+                t0.fmt,
+                (len(ts), *t0.shape),
+                t0.axis + 1,
+                torch.float32,
+            )
+            values = mx.dequantize(stacked, torch.float32)
+            for i, t in enumerate(ts):
+                self._deq[id(t)] = (t, values[i].t().contiguous())
 
     def _attention(
         self,
