@@ -68,7 +68,9 @@ def _num(x: object) -> float | None:
 
 
 def check() -> tuple[str, dict]:
-    ps = ar.prompts("staged-table", margins=(ar.EAGER, ar.QUANT))
+    # one prompt from the run id and the fixed short one: the workflow's every decision, figure and
+    # log line is judged on each, and its whole run (5 skills, ~70 generations) is the check's cost
+    ps = ar.prompts("staged-table", k=1, margins=(ar.EAGER, ar.QUANT))
     n = ar.N_TOKENS
     res = ar.run_harness("h_workflow", "agent/runner.py", ps, n, timeout=240)
     _show_attendee_tables(res["files"] if isinstance(res.get("files"), dict) else {})
