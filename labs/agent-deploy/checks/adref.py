@@ -109,11 +109,24 @@ def graph(m: DeployModel) -> DeployModel:
     return m
 
 
+def _quantize(m: DeployModel, plan: list[tuple[str, str]]) -> None:
+    """``m.weights[name] = mx.quantize_mx(weight, fmt)`` for each ``(name, fmt)``, an MX weight
+    first dequantised; one quantize_mx per stack of alike weights (a layer's experts): its blocks
+    run along each row, so each slice is that weight's own quantisation (CPU time only)."""
+    groups: dict[tuple[Any, ...], list[tuple[str, torch.Tensor]]] = {}
+    for name, fmt in plan:
+        w = m.weights[name]
+        w = w.dequantize() if isinstance(w, mx.MXTensor) else w
+        groups.setdefault((fmt, tuple(w.shape), w.dtype), []).append((name, w))
+    for (fmt, shape, dtype), ws in groups.items():
+        q = mx.quantize_mx(torch.stack([w for _, w in ws]), fmt)
+        for i, (name, _) in enumerate(ws):
+            m.weights[name] = mx.MXTensor(q.codes[i], q.scales[i], q.fmt, shape, q.axis - 1, dtype)
+
+
 def quant(m: DeployModel) -> DeployModel:
-    for n in m.names("attn") + m.names("shared"):
-        m.weights[n] = mx.quantize_mx(m.weights[n], "mxfp8_e4m3")
-    for n in m.names("expert"):
-        m.weights[n] = mx.quantize_mx(m.weights[n], "mxfp4")
+    fp8 = [(n, "mxfp8_e4m3") for n in m.names("attn") + m.names("shared")]
+    _quantize(m, fp8 + [(n, "mxfp4") for n in m.names("expert")])
     for g in ("attn", "expert", "shared"):
         m.act_fmt[g] = "mxfp8_e4m3"
     return m
@@ -121,10 +134,9 @@ def quant(m: DeployModel) -> DeployModel:
 
 def quant_all_fp4(m: DeployModel) -> DeployModel:
     """The accuracy-breaking skill: W4A4 everywhere, LM head and router included."""
-    for g in ("attn", "router", "shared", "expert", "lm_head"):
-        for n in m.names(g):
-            w = m.weights[n]
-            m.weights[n] = mx.quantize_mx(w.dequantize() if isinstance(w, mx.MXTensor) else w, "mxfp4")
+    groups = ("attn", "router", "shared", "expert", "lm_head")
+    _quantize(m, [(n, "mxfp4") for g in groups for n in m.names(g)])
+    for g in groups:
         m.act_fmt[g] = "mxfp4"
     return m
 
@@ -168,10 +180,12 @@ def generate_mtp(model: DeployModel, prompt_ids: list[int], n: int) -> list[int]
 
 
 def mtp(m: DeployModel) -> DeployModel:
-    for n in m.names("mtp"):
-        w = m.weights[n]
-        if getattr(w, "ndim", 0) == 2:
-            m.weights[n] = mx.quantize_mx(w, "mxfp4" if ".expert." in n else "mxfp8_e4m3")
+    plan = [
+        (n, "mxfp4" if ".expert." in n else "mxfp8_e4m3")
+        for n in m.names("mtp")
+        if getattr(m.weights[n], "ndim", 0) == 2
+    ]
+    _quantize(m, plan)
     m.weights["mtp.lm_head"] = mx.quantize_mx(m.weights["lm_head"], "mxfp8_e4m3")
     m.act_fmt["mtp"] = "mxfp8_e4m3"
     m.decode_fn = generate_mtp
