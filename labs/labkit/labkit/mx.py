@@ -265,11 +265,12 @@ def quantize_dequantize(x: torch.Tensor, fmt: str | MXFormat) -> tuple[torch.Ten
     code_bytes = rows * ((n + 1) // 2) if f.bits == 4 else xf.numel()
     if math.isfinite(float(amax.sum())):
         # every block finite (an activation, nearly always): the steps below without the NaN and
-        # infinity handling, which changes nothing here, and with torch.ldexp's own formula
-        # (x * 2.0**e); a zero block's scale is left unclamped, as its values are zeros either
-        # way. The same values, bit for bit (a finite sum that overflows takes the general path)
-        _, e = torch.frexp(amax)
-        p2 = torch.pow(2.0, (e - (1 + f.emax)).clamp_(-127, 127))  # the block scales, exact
+        # infinity handling, which changes nothing here. The block scale 2**shared_exponent is
+        # amax's exponent bits (2**floor(log2 amax) for a normal amax) times 2**-emax, at least
+        # 2**-127: equal to the frexp rule for every positive finite float32 amax (checked
+        # exhaustively); a zero block gets 2**-127, its values are zeros whatever the scale.
+        # The same values, bit for bit (a finite sum that overflows takes the general path)
+        p2 = ((amax.view(torch.int32) & 0x7F800000).view(torch.float32) * 2.0**-f.emax).clamp_min_(2.0**-127)
         scaled = (blocks / p2).clamp_(-f.max, f.max)  # a power of two: x / 2**s == x * 2**-s
         if f.bits == 4:  # decode_e2m1(encode_e2m1(v)): v rounded onto the E2M1 grid, sign kept
             mag = scaled.abs()

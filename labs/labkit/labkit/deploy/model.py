@@ -185,13 +185,19 @@ def _weight_nbytes(t: Any) -> int:
 
 
 def _grouped(
-    model: DeployModel, names: list[str], xs: torch.Tensor, counts: list[int], op: str
+    model: DeployModel,
+    names: list[str],
+    xs: torch.Tensor,
+    counts: list[int],
+    op: str,
+    act_q: _SharedActQuant | None = None,
 ) -> torch.Tensor:
     """One grouped matmul over rows sorted by expert (``npu_grouped_matmul`` with a group list):
     one launch (two with MX activations: the dynamic quant), the active experts' weight bytes."""
     outs = []
     start = 0
-    act_q = _SharedActQuant(xs)  # the activation quant of all rows at once (rows are independent)
+    if act_q is None:  # the activation quant of all rows at once (rows are independent)
+        act_q = _SharedActQuant(xs)
     for name, c in zip(names, counts, strict=True):  # uncharged: charged once below, as one kernel
         outs.append(model._linear(xs[start : start + c], name, act_q.rows(start, c), False))
         start += c
@@ -225,13 +231,19 @@ class _SharedActQuant:
     last dim, so a row's result does not depend on the other rows). The same values and emulated
     charges as quantizing each linear's input on its own, for a fraction of the CPU time."""
 
-    def __init__(self, x: torch.Tensor) -> None:
+    def __init__(self, x: torch.Tensor, source: tuple[_SharedActQuant, torch.Tensor] | None = None) -> None:
         self.x = x
+        self.source = source  # (parent, rows) when x is parent.x[rows]: gathered from the parent's
         self.done: dict[str, tuple[torch.Tensor, int]] = {}
 
     def __call__(self, act: str) -> tuple[torch.Tensor, int]:
         if act not in self.done:
-            self.done[act] = mx.quantize_dequantize(self.x, act)
+            if self.source is None:
+                self.done[act] = mx.quantize_dequantize(self.x, act)
+            else:
+                parent, rows = self.source
+                xq, nbytes = parent(act)
+                self.done[act] = (xq[rows], nbytes // max(1, parent.x.shape[0]) * self.x.shape[0])
         return self.done[act]
 
     def rows(self, start: int, count: int) -> Callable[[str], tuple[torch.Tensor, int]]:
@@ -260,7 +272,9 @@ def grouped_experts(
     uniq, cnt = torch.unique_consecutive(experts, return_counts=True)  # experts is sorted
     active, counts = uniq.tolist(), cnt.tolist()
     base = f"{block}.moe.expert"
-    h = _grouped(model, [f"{base}.{e}.gate_up" for e in active], xs, counts, "grouped_matmul")
+    moe_in = model._moe_act  # the MoE input's activation quant, when x is that input: its rows
+    act_q = _SharedActQuant(xs, (moe_in, rows)) if moe_in is not None and moe_in.x is x else None
+    h = _grouped(model, [f"{base}.{e}.gate_up" for e in active], xs, counts, "grouped_matmul", act_q)
     h = model.ops.swiglu(h)
     y = _grouped(model, [f"{base}.{e}.down" for e in active], h, counts, "grouped_matmul")
     y = y * w.reshape(-1)[order].unsqueeze(-1)
@@ -304,6 +318,8 @@ def greedy(model: DeployModel, prompt_ids: list[int], n: int) -> list[int]:
 
 class DeployModel:
     """See the module docstring. ``DeployModel.load()`` gives the shipped weights."""
+
+    _moe_act: _SharedActQuant | None = None  # the MoE input's activation quant, during _moe
 
     def __init__(self, base: TinyMoE):
         self.cfg = base.cfg
@@ -542,9 +558,14 @@ class DeployModel:
         flat = x.reshape(-1, shape[-1])
         logits = self.linear(flat, f"{b}.moe.gate")
         w, idx = self.ops.gating(logits, self.cfg.top_k)
-        out = self.ops.experts(self, b, flat, w, idx.long())
+        # one activation quant of the MoE input for the shared expert and the grouped experts' rows
+        act_q = self._moe_act = _SharedActQuant(flat)
+        try:
+            out = self.ops.experts(self, b, flat, w, idx.long())
+        finally:
+            self._moe_act = None
         shared = self.linear(
-            self.ops.swiglu(self.linear(flat, f"{b}.moe.shared_gate_up")), f"{b}.moe.shared_down"
+            self.ops.swiglu(self.linear(flat, f"{b}.moe.shared_gate_up", act_q)), f"{b}.moe.shared_down"
         )
         y = out + shared
         if _charging():
