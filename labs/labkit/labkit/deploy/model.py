@@ -452,7 +452,10 @@ class DeployModel:
         x_bytes = 0
         if act is not None:
             xq, x_bytes = act_q(act) if act_q is not None else mx.quantize_dequantize(x, act)
-        out = (xq.to(torch.float32) @ hit[1]).to(x.dtype)
+        f32 = torch.float32  # (no conversion calls when already float32: the same values)
+        out = (xq if xq.dtype == f32 else xq.to(f32)) @ hit[1]
+        if out.dtype != x.dtype:
+            out = out.to(x.dtype)
         if charge:
             n_out, k = w.shape
             m = x.numel() // k
