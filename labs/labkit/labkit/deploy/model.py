@@ -308,7 +308,8 @@ class Ops:
 
 def greedy(model: DeployModel, prompt_ids: list[int], n: int) -> list[int]:
     """Plain greedy decoding: one prefill, then one decode step per new token; ``n`` new tokens."""
-    logits, _, cache = model.prefill(prompt_ids, max_new=n)
+    # no draft reads this cache: its MTP slot is left empty (CPU time only)
+    logits, _, cache = model._prefill(prompt_ids, n, mtp=False)
     out = [int(logits[-1].argmax())]
     while len(out) < n:
         logits, _ = model.step([out[-1]], cache)
@@ -633,6 +634,13 @@ class DeployModel:
     def prefill(self, prompt_ids: list[int], max_new: int = 64) -> tuple[torch.Tensor, torch.Tensor, KVCache]:
         """Eager prefill: (logits [S, V], hidden [S, D] before the final norm, cache). With an MTP
         head, its cache slot is filled for the prompt positions too (drafts attend to it)."""
+        return self._prefill(prompt_ids, max_new, mtp=True)
+
+    @torch.no_grad()
+    def _prefill(
+        self, prompt_ids: list[int], max_new: int, mtp: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, KVCache]:
+        """:meth:`prefill`; ``mtp=False`` leaves the MTP slot empty (for a loop that never drafts)."""
         c = self.cfg
         n_slots = c.n_layers + (1 if c.mtp else 0)
         cache = KVCache(
@@ -646,7 +654,7 @@ class DeployModel:
         # the lab measures decode; prefill stays eager and is not charged
         with torch.inference_mode(), _paused():
             logits, hidden = self._forward(list(prompt_ids), cache)
-            if c.mtp and len(prompt_ids) > 1:
+            if mtp and c.mtp and len(prompt_ids) > 1:
                 self._mtp(hidden[:-1].unsqueeze(0), list(prompt_ids[1:]), cache, 0)
         return logits.clone(), hidden.clone(), cache
 
