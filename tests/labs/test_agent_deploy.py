@@ -233,3 +233,35 @@ def test_the_decision_log_is_on_the_lab_page_in_both_languages(app, client) -> N
         assert f'src="/labs/agent-deploy/assets/{chart}"' in html
         svg = client.get(f"/labs/agent-deploy/assets/{chart}")
         assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+
+
+def test_the_checkers_reference_runs_equal_the_plain_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """adref's shortcuts (issue 30) give what the plain code gives: one charged run per prompt on a
+    warm reference model = a warm-up run then a charged run on a freshly built chain (figures and
+    tokens); a reference model built from its prefix's model = the fresh chain; the reference
+    quantisations of stacked weights = quantize_mx weight by weight."""
+    import importlib.util
+
+    import torch
+    from labkit import mx
+
+    spec = importlib.util.spec_from_file_location("adref_under_test", LAB / "checks" / "adref.py")
+    assert spec is not None and spec.loader is not None
+    ar = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ar)
+    monkeypatch.setenv("LAB_RUN_ID", "reference-runs")
+    ps = ar.prompts("staged-table", k=1, margins=(ar.EAGER, ar.QUANT))
+    for names in ((), ("fused_ops", "graph_mode"), (*ar.QUANT, "mtp"), ("fused_ops", "eager_gating")):
+        plain = ar.measure_and_tokens(ar.chain(*names), ps)
+        assert (ar.ref_measure(names, ps), ar.ref_tokens_all(names, ps)) == plain, names
+    base = ar.fresh()
+    for skill, fmt_of in (
+        (ar.quant, lambda n: "mxfp4" if ".expert." in n else "mxfp8_e4m3"),
+        (ar.quant_all_fp4, lambda n: "mxfp4"),
+    ):
+        got = skill(base.clone()).weights
+        for n, w in got.items():
+            if isinstance(w, mx.MXTensor):
+                want = mx.quantize_mx(base.weights[n], fmt_of(n))
+                assert torch.equal(w.codes, want.codes) and torch.equal(w.scales, want.scales), n
+                assert (w.fmt, w.shape, w.axis, w.dtype) == (want.fmt, want.shape, want.axis, want.dtype), n
