@@ -20,6 +20,8 @@ python -c "print('dash c')"
 python3 sub/x.py 0 three
 python kill.py || echo "killed $?"
 env -u LABKIT_PYTHON_SOCKET python sub/x.py 0 unforwarded
+BIG=$(printf '%*s' 70000 '' | tr ' ' x) python sub/x.py 0 big-environment
+python sub/x.py 0 no-stdin <&-
 """
 
 X_PY = """
@@ -62,6 +64,9 @@ def test_a_scripts_pythons_fork_and_behave_as_fresh_interpreters(run_checker):  
     assert lines[5] == "x ['sub/x.py', '0', 'three'] lab bar forked", lines
     assert lines[6] == "killed 143", lines  # a signal death stays a signal death
     assert lines[7].endswith("fresh"), lines  # no socket: a real interpreter
+    # what the fork server cannot take (an environment over its 60 kB, a closed stdin): the same
+    assert lines[8] == "x ['sub/x.py', '0', 'big-environment'] lab bar fresh", lines
+    assert lines[9] == "x ['sub/x.py', '0', 'no-stdin'] lab bar fresh", lines
     # everything else as with fresh interpreters
     assert [ln.replace("forked", "fresh") for ln in lines] == fresh[1].splitlines()
     assert "err a" in forked[2] and "err 3" in forked[2] and "err three" in forked[2]
