@@ -75,6 +75,13 @@ def reference_logits(
     reqs: list[list[int]], prefill_len: int
 ) -> tuple[list[torch.Tensor], list[list[tuple[int, torch.Tensor]]]]:
     """Logits rows (last prefill position, then every decode step) and the prefill routing."""
+    with torch.inference_mode():  # no autograd bookkeeping: the same values, less CPU
+        return _reference_logits(reqs, prefill_len)
+
+
+def _reference_logits(
+    reqs: list[list[int]], prefill_len: int
+) -> tuple[list[torch.Tensor], list[list[tuple[int, torch.Tensor]]]]:
     ref = Reference(ckpt())
     out, traces = [], []
     for ids in reqs:
@@ -137,9 +144,11 @@ class Served:
 def serve_all(cases: list[dict[str, Any]], hint: str, timeout: float = 120) -> list[Served]:
     """Several :func:`serve` runs (each ``{reqs, prefill_len, overrides[, logits, trace]}``) in
     one child process: one interpreter, one ``import torch``, one checkpoint load for all, each
-    case on a fresh engine and emulated session. When the attendee's code raises in any case,
-    every case runs again in its own child when its result is asked for, so the checker reports
-    the same failure, in the same order, as with one ``serve()`` per case."""
+    case on a fresh engine and emulated session (cases with the same overrides start from one
+    build and load of the engine, each in a fork of it: ``dsv4harness.serve_runs``). When the
+    attendee's code raises in any case, every case runs again in its own child when its result
+    is asked for, so the checker reports the same failure, in the same order, as with one
+    ``serve()`` per case."""
     full = [{"logits": True, "trace": False, **c} for c in cases]
     res = run_function(
         HARNESS,

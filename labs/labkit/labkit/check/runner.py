@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _child, zygote
+from . import _child, _pyforward, zygote
 from .verdict import Failure, msg
 
 __all__ = ["AttendeeError", "CallResult", "Frame", "ScriptResult", "child_env", "run_function", "run_script"]
@@ -213,15 +213,40 @@ def _reset_after_fork() -> None:
 
 
 def _run(
-    mode: str, argv: list[str], cwd: str, env: dict[str, str], timeout: float | None, tmp: str
+    mode: str,
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    timeout: float | None,
+    tmp: str,
+    fork_python: bool = False,
 ) -> tuple[int | None, str, str, bool]:
     _child.set_non_dumpable()
     out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
-            code, timed_out, cpu = _zygote().run(
-                mode, argv, cwd=cwd, env=env, stdout=out.fileno(), stderr=err.fileno(), timeout=timeout
-            )
+            # a Unix socket path has at most 107 bytes: under a longer TMPDIR the pythons start afresh
+            if fork_python and len(os.fsencode(tmp)) < 90:
+                bin_dir, sock_path = _pyforward.install(tmp)
+                env = {
+                    **env,
+                    "PATH": f"{bin_dir}:{env.get('PATH', os.defpath)}",
+                    _pyforward.SOCKET_VAR: sock_path,
+                }
+                code, timed_out, cpu = _pyforward.run(
+                    _zygote(),
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdout=out.fileno(),
+                    stderr=err.fileno(),
+                    timeout=timeout,
+                    sock_path=sock_path,
+                )
+            else:
+                code, timed_out, cpu = _zygote().run(
+                    mode, argv, cwd=cwd, env=env, stdout=out.fileno(), stderr=err.fileno(), timeout=timeout
+                )
         except zygote.ZygoteGone as exc:
             # the platform's fault: a checker error (exit 2), never a verdict about the attendee
             raise RuntimeError(f"labkit.check: {exc}") from exc
@@ -340,10 +365,17 @@ def run_script(
     env: Mapping[str, str] | None = None,
     *,
     memory_mb: int | None = 2048,
+    fork_python: bool = False,
 ) -> ScriptResult:
     """Run a command (``["python", "run_me.py"]``; ``python``/``python3`` mean this interpreter)
     in the lab folder with the isolation described in the module docstring. ``env`` adds to or
-    overrides the cleaned environment."""
+    overrides the cleaned environment.
+
+    ``fork_python=True`` (a shell script that runs python): ``python`` and ``python3`` come first
+    on the command's ``PATH``, and each ``python FILE.py ...`` / ``python - ...`` it runs is forked
+    by the fork server too (torch already imported) with the same stdin, stdout, stderr, cwd,
+    environment and exit status, instead of starting an interpreter (``_pyforward.py``). The
+    timeout and limits hold for the command and each of those pythons; their CPU is the check's."""
     command = [str(a) for a in argv]
     if not command:
         raise ValueError("run_script needs a command")
@@ -351,7 +383,9 @@ def run_script(
         command[0] = sys.executable
     wrapper = [str(_memory_limit(memory_mb)), str(_cpu_limit(timeout)), "0", *command]
     with tempfile.TemporaryDirectory(prefix="labkit-run-") as tmp:
-        code, stdout, stderr, timed_out = _run("exec", wrapper, os.getcwd(), child_env(env), timeout, tmp)
+        code, stdout, stderr, timed_out = _run(
+            "exec", wrapper, os.getcwd(), child_env(env), timeout, tmp, fork_python
+        )
     return ScriptResult(code, stdout, stderr, timed_out)
 
 

@@ -342,23 +342,25 @@ def _become(mode: str, argv: list[str], cwd: str, fds: list[int], *, zygote_pid:
 
 
 def _is_python_script(command: list[str]) -> bool:
-    """``python FILE.py ARGS...`` with this interpreter: run in the fork, torch already imported."""
+    """``python FILE.py ARGS...`` or ``python - ARGS...`` (the program on stdin) with this
+    interpreter: run in the fork, torch already imported."""
     return (
         len(command) >= 2
         and os.path.realpath(command[0]) == os.path.realpath(sys.executable)
-        and command[1].endswith(".py")
-        and not command[1].startswith("-")
+        and (command[1] == "-" or (command[1].endswith(".py") and not command[1].startswith("-")))
     )
 
 
 def _run_script(command: list[str], memory_mb: int, cpu_s: int, zygote_pid: int) -> None:
     """What ``python FILE.py ARGS`` does (the script's folder first on ``sys.path``, ``__main__``,
-    exit status), under the limits of an ``exec`` child. Never returns."""
+    exit status), or ``python - ARGS`` (the program read from stdin, ``""`` first on
+    ``sys.path``), under the limits of an ``exec`` child. Never returns."""
 
     _child.apply_limits(memory_mb, cpu_s, zygote_pid)
     script = command[1]
     sys.argv = command[1:]
-    sys.path[:] = [os.path.dirname(os.path.abspath(script))] + [p for p in sys.path if p not in ("", ".")]
+    first = "" if script == "-" else os.path.dirname(os.path.abspath(script))
+    sys.path[:] = [first] + [p for p in sys.path if p not in ("", ".")]
     _run_main(script)
 
 
@@ -378,13 +380,17 @@ def _run_checker(path: str, zygote_pid: int) -> None:
 
 
 def _run_main(path: str) -> None:
-    """Run ``path`` as ``__main__`` and end the process with the status python would give it
-    (``sys.exit`` codes as python treats them, a traceback and 1 for an uncaught exception)."""
+    """Run ``path`` (``-``: the program on stdin) as ``__main__`` and end the process with the
+    status python would give it (``sys.exit`` codes as python treats them, a traceback and 1 for
+    an uncaught exception)."""
     import runpy
 
     code = 0
     try:
-        runpy.run_path(path, run_name="__main__")
+        if path == "-":
+            _run_stdin()
+        else:
+            runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
         if isinstance(exc.code, int) or exc.code is None:
             code = exc.code or 0
@@ -398,6 +404,19 @@ def _run_main(path: str) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def _run_stdin() -> None:
+    """What ``python -`` does: read the whole program from stdin, run it as ``__main__``
+    (``__file__`` is ``<stdin>``)."""
+    import types
+
+    source = sys.stdin.buffer.read()
+    main = types.ModuleType("__main__")
+    main.__file__ = "<stdin>"
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    exec(compile(source, "<stdin>", "exec"), main.__dict__)  # noqa: S102 - what python - does
 
 
 def _max_fd() -> int:
@@ -520,6 +539,29 @@ class Client:
         code = exited.get("code")
         cpu = float(exited.get("cpu_s") or 0.0)
         return (None if timed_out else int(code) if isinstance(code, int) else None), timed_out, cpu
+
+    def kill(self, ident: int) -> None:
+        """Kill the process group of spawn ``ident`` (its ``exited`` message follows)."""
+        with contextlib.suppress(OSError):
+            send(self.sock, {"op": "kill", "id": ident})
+
+    def pump(self, timeout: float) -> None:
+        """Receive at most one message (waiting up to ``timeout`` s) and keep it for
+        :meth:`exited`: for a caller that waits on several spawns and other descriptors at once
+        (``select`` on :attr:`sock`)."""
+        message = self._receive(timeout)
+        if message is not None and isinstance(message.get("id"), int):
+            self._pending[message["id"]] = message
+
+    def exited(self, ident: int) -> tuple[int | None, float] | None:
+        """``(exit code, CPU seconds)`` of spawn ``ident`` once its ``exited`` message has come
+        (:meth:`pump`), else None."""
+        message = self._pending.get(ident)
+        if message is None or message.get("op") != "exited":
+            return None
+        del self._pending[ident]
+        code = message.get("code")
+        return (int(code) if isinstance(code, int) else None), float(message.get("cpu_s") or 0.0)
 
     def run(
         self,
