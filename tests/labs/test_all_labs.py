@@ -102,19 +102,21 @@ def test_mutants_must_fail_their_step_with_the_phrase_they_name(tmp_path: Path) 
                 "mutant.yaml": "what: an extra file\nclass: logic\n",
                 "unrelated.txt": "x\n",
             },
-            # deleting a solution file
-            "find-device/deleted": {"mutant.yaml": "what: no file\nclass: missing\ndelete: [device.txt]\n"},
+            # deleting a solution file (one no step's solve writes again)
+            "write-file/deleted": {
+                "mutant.yaml": "what: no file\nclass: missing\ndelete: [notes/hello.txt]\n"
+            },
         },
     )
     assert [m.key for m in lab.mutants] == [
-        "find-device/deleted",
         "find-device/harmless",
+        "write-file/deleted",
         "write-file/no-newline",
         "write-file/wrong-phrase",
     ]
     report = selftest(lab)
     mutants = {r.label: r for r in report.results if r.phase == "mutant"}
-    assert mutants["find-device/deleted"].ok, mutants["find-device/deleted"]
+    assert mutants["write-file/deleted"].ok, mutants["write-file/deleted"]
     assert mutants["write-file/no-newline"].ok, mutants["write-file/no-newline"]
     assert mutants["find-device/harmless"].verdict.status == "passed"
     assert not mutants["find-device/harmless"].ok
@@ -125,7 +127,7 @@ def test_mutants_must_fail_their_step_with_the_phrase_they_name(tmp_path: Path) 
     # the mutants did not leak into each other: the starter/solution phases all behaved
     assert all(r.ok for r in report.results if r.phase != "mutant")
     table = "\n".join(report.mutant_table())
-    assert "find-device" in table and "1/2" in table
+    assert "find-device" in table and "0/1" in table and "2/3" in table
 
 
 def test_a_malformed_mutant_is_a_lint_error_naming_the_file(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ are forked by the fork server and give the script what fresh interpreters give i
 from __future__ import annotations
 
 import json
+import os
 
 SCRIPT = r"""
 set -u
@@ -92,3 +93,24 @@ def test_a_forked_python_ends_with_the_scripts_timeout(run_checker, tmp_path):  
     )
     assert run.exit_code == 0, (run.stdout, run.stderr, run.verdicts)
     assert run.verdicts[0]["message"] == "True None False"
+
+
+def test_no_shims_where_they_cannot_run(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Docker mounts its tmpfs noexec: a shell skips a shim it cannot run, and a python it then
+    starts by name takes the shim's folder for its home and loses its packages (the sanavideo
+    deploy check on Docker: "missing Python packages: torch, ..."). There, pythons start afresh."""
+    from labkit.check import runner
+
+    flags = {"noexec": True}
+
+    class Stat:
+        @property
+        def f_flag(self) -> int:
+            return os.ST_NOEXEC if flags["noexec"] else 0
+
+    monkeypatch.setattr(runner.os, "statvfs", lambda path: Stat())
+    res = runner.run_script(["bash", "-c", 'echo "$PATH"'], fork_python=True)
+    assert res.ok and "pybin" not in res.stdout, res
+    flags["noexec"] = False
+    res = runner.run_script(["bash", "-c", 'echo "$PATH"'], fork_python=True)
+    assert res.ok and "pybin" in res.stdout, res

@@ -212,6 +212,14 @@ def _reset_after_fork() -> None:
     _client, _spawned_cpu_s = None, 0.0
 
 
+def _noexec(path: str) -> bool:
+    """True when ``path`` is on a file system mounted ``noexec``."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_NOEXEC)
+    except OSError:
+        return True
+
+
 def _run(
     mode: str,
     argv: list[str],
@@ -225,8 +233,11 @@ def _run(
     out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
-            # a Unix socket path has at most 107 bytes: under a longer TMPDIR the pythons start afresh
-            if fork_python and len(os.fsencode(tmp)) < 90:
+            # a Unix socket path has at most 107 bytes: under a longer TMPDIR the pythons start
+            # afresh; so they do where the shims could not run (a noexec /tmp, as Docker mounts
+            # its tmpfs: a shell would skip them, and a python it started by name would take the
+            # shim's folder for its home and lose its packages)
+            if fork_python and len(os.fsencode(tmp)) < 90 and not _noexec(tmp):
                 bin_dir, sock_path = _pyforward.install(tmp)
                 env = {
                     **env,
