@@ -157,16 +157,10 @@ def selftest(
     on a throwaway local environment; prints a mutant table per step. With --record-costs, each
     step's check cost on the solution goes to the lab's checks/costs.yaml (docs/writing-labs.md)."""
     from labserver.checks.selftest import selftest as run
-    from labserver.content import Lab, load_lab
     from labserver.content.costs import write_costs
 
     settings = Settings()
-    path = Path(lab) if Path(lab).is_dir() else settings.labs_dir / lab
-    loaded = load_lab(path)
-    if not isinstance(loaded, Lab):
-        for problem in loaded.problems:
-            typer.echo(str(problem), err=True)
-        raise typer.Exit(2)
+    loaded = mutate_cli.lab_or_exit(lab, settings)
 
     def show(result):  # type: ignore[no-untyped-def]
         mark = typer.style("ok  ", fg="green") if result.ok else typer.style("FAIL", fg="red")

@@ -10,6 +10,20 @@ from typing import Annotated
 import typer
 
 from labserver.config import Settings
+from labserver.content import Lab
+
+
+def lab_or_exit(lab: str, settings: Settings) -> Lab:
+    """The lab ``lab`` names (a folder, or an id under the labs folder); its problems and exit 2
+    when it does not load."""
+    from labserver.content import load_lab
+
+    loaded = load_lab(Path(lab) if Path(lab).is_dir() else settings.labs_dir / lab)
+    if not isinstance(loaded, Lab):
+        for problem in loaded.problems:
+            typer.echo(str(problem), err=True)
+        raise typer.Exit(2)
+    return loaded
 
 
 def register(app: typer.Typer) -> None:
@@ -32,15 +46,9 @@ def mutate(
     from labserver.checks.mutate import OUTCOMES, plan, survivor_text
     from labserver.checks.mutate import mutate as run
     from labserver.checks.mutation import OPERATORS
-    from labserver.content import Lab, load_lab
 
     settings = Settings()
-    path = Path(lab) if Path(lab).is_dir() else settings.labs_dir / lab
-    loaded = load_lab(path)
-    if not isinstance(loaded, Lab):
-        for problem in loaded.problems:
-            typer.echo(str(problem), err=True)
-        raise typer.Exit(2)
+    loaded = lab_or_exit(lab, settings)
     unknown = [s for s in step or [] if loaded.step(s) is None] + [
         o for o in operator or [] if o not in OPERATORS
     ]
