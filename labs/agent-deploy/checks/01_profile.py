@@ -11,7 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the
 import adref as ar  # noqa: E402
 from labkit.check import Failure, expect, main, msg, run_function  # noqa: E402
 
-CASES = {"baseline": (), "graph": ("fused_ops", "graph_mode")}
+# the MTP model decodes a varying number of tokens per step: its launches per token are fractional
+CASES = {
+    "baseline": (),
+    "graph": ("fused_ops", "graph_mode"),
+    "mtp": ("fused_ops", "graph_mode", "quant_mx", "mtp"),
+}
 
 
 def check() -> tuple[str, dict]:
@@ -36,11 +41,14 @@ def check() -> tuple[str, dict]:
                 f"profile() 必须返回包含 {', '.join(sorted(exp))} 的 dict；它返回了 {str(got)[:200]}。",
             ),
         )
-        label = (
-            msg("the eager baseline", "eager 基线")
-            if case == "baseline"
-            else msg("a graph-mode model (the checker's own)", "图模式模型（检查器自己构建的）")
-        )
+        label = {
+            "baseline": msg("the eager baseline", "eager 基线"),
+            "graph": msg("a graph-mode model (the checker's own)", "图模式模型（检查器自己构建的）"),
+            "mtp": msg(
+                "a graph-mode, quantised model with MTP speculation (the checker's own)",
+                "带 MTP 投机解码的图模式量化模型（检查器自己构建的）",
+            ),
+        }[case]
         ms, ems = float(got["ms_per_token"]), exp["ms_per_token"]
         if not ar.close(ms, ems):
             why = msg(

@@ -48,7 +48,16 @@ def _plain(d: Any) -> Any:
 def h_profile(case: str, ps: list[list[int]], n: int) -> dict:
     from agent.measure import profile
 
-    model = ar.chain(*({"baseline": (), "fused": ("fused_ops",), "graph": ("fused_ops", "graph_mode")}[case]))
+    model = ar.chain(
+        *(
+            {
+                "baseline": (),
+                "fused": ("fused_ops",),
+                "graph": ("fused_ops", "graph_mode"),
+                "mtp": ("fused_ops", "graph_mode", "quant_mx", "mtp"),
+            }[case]
+        )
+    )
     return _plain(profile(model, ps, n))
 
 
