@@ -11,7 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder, not the
 import adref as ar  # noqa: E402
 from labkit.check import Failure, expect, main, msg, run_function  # noqa: E402
 
-CASES = {"baseline": (), "graph": ("fused_ops", "graph_mode")}
+# the MTP model decodes a varying number of tokens per step: its launches per token are fractional
+CASES = {
+    "baseline": (),
+    "graph": ("fused_ops", "graph_mode"),
+    "mtp": ("fused_ops", "graph_mode", "quant_mx", "mtp"),
+}
 
 
 def check() -> tuple[str, dict]:
@@ -36,11 +41,14 @@ def check() -> tuple[str, dict]:
                 f"profile() 必须返回包含 {', '.join(sorted(exp))} 的 dict；它返回了 {str(got)[:200]}。",
             ),
         )
-        label = (
-            msg("the eager baseline", "eager 基线")
-            if case == "baseline"
-            else msg("a graph-mode model (the checker's own)", "图模式模型（检查器自己构建的）")
-        )
+        label = {
+            "baseline": msg("the eager baseline", "eager 基线"),
+            "graph": msg("a graph-mode model (the checker's own)", "图模式模型（检查器自己构建的）"),
+            "mtp": msg(
+                "a graph-mode, quantised model with MTP speculation (the checker's own)",
+                "带 MTP 投机解码的图模式量化模型（检查器自己构建的）",
+            ),
+        }[case]
         ms, ems = float(got["ms_per_token"]), exp["ms_per_token"]
         if not ar.close(ms, ems):
             why = msg(
@@ -100,6 +108,38 @@ def check() -> tuple[str, dict]:
             msg(
                 f"bound for {label} is {got.get('bound')!r}; the largest of launch/compute/memory is {exp['bound']!r}.",
                 f"{label}的 bound 为 {got.get('bound')!r}；launch/compute/memory 中最大的是 {exp['bound']!r}。",
+            ),
+        )
+        ops = got.get("ops") if isinstance(got.get("ops"), dict) else {}
+        op_launches = sum(float(o.get("launches", 0)) for o in ops.values() if isinstance(o, dict))
+        expect(
+            ar.close(op_launches, float(exp["launches_per_token"])),
+            msg(
+                f"The per-op launches of {label} add up to {op_launches:.4g} per token, but launches_per_token is "
+                f"{exp['launches_per_token']:.4g}: every op's figures must be summed over all prompts, then divided "
+                "by the decoded tokens.",
+                f"{label}的各算子下发次数加起来是每 token {op_launches:.4g} 次，而 launches_per_token 为 "
+                f"{exp['launches_per_token']:.4g}：每个算子的数值都要在所有提示词上累加，再除以解码出的 token 数。",
+            ),
+        )
+        by_time = sorted(
+            ((k, float(o["time_ms"])) for k, o in ops.items() if isinstance(o, dict) and "time_ms" in o),
+            key=lambda kv: -kv[1],
+        )
+        want_top = [k for k, _ in by_time[:5]]
+        top = got.get("top_ops")
+        got_top = (
+            [t[0] for t in top]
+            if isinstance(top, (list, tuple)) and all(isinstance(t, (list, tuple)) and t for t in top)
+            else top
+        )
+        expect(
+            got_top == want_top,
+            msg(
+                f"top_ops for {label} is {str(got_top)[:200]}; the five op kinds with the most time per token are "
+                f"{want_top}, largest first (as (name, ms) pairs).",
+                f"{label}的 top_ops 为 {str(got_top)[:200]}；每 token 耗时最多的五类算子依次为 {want_top}"
+                "（从大到小，(名称, ms) 对）。",
             ),
         )
         metrics[f"{case}_ms_per_token"] = ems

@@ -117,6 +117,16 @@ def check() -> tuple[str, dict]:
             "它必须比较候选模型与参考模型的 token，而不是把一个模型和它自己比较。",
         ),
     )
+    for short in res.get("verify_short", []):
+        expect(
+            isinstance(short, dict) and short.get("passed") is False and short.get("value") == 1,
+            msg(
+                f"verify() on two models whose tokens agree except that one stops a token early says {short}: a "
+                "missing token counts as a changed one, whichever model is short (tokens_changed = 1, not passed).",
+                f"对两个 token 一致、只是其中一个少生成一个 token 的模型，verify() 给出 {short}："
+                "缺少的 token 算作改变的 token，无论哪一方较短（tokens_changed = 1，不通过）。",
+            ),
+        )
     base = ar.ref_measure(ar.EAGER, ps, n)
     gain = base["ms_per_token"] / got_m["ms_per_token"]
     return (

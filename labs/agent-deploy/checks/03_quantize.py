@@ -64,6 +64,16 @@ def check() -> tuple[str, dict]:
     value = math.sqrt(num / den)
     broken = ar.ref_rel_rms(ref, (*ref, "quant_mxfp4_all"), ps, n)
     good, bad = res["verify_good"], res["verify_broken"]
+    at_tol = res.get("verify_at_tol")
+    expect(
+        isinstance(at_tol, dict) and at_tol.get("value") == 0 and at_tol.get("passed") is True,
+        msg(
+            f"verify() on a candidate identical to the reference with tol 0 says {at_tol}: the logits error is 0, and the "
+            "gate passes when the error is at most tol (value <= tol).",
+            f"对与参考完全相同的候选、tol 为 0 时，verify() 给出 {at_tol}：logits 误差为 0，"
+            "门限的规则是误差不超过 tol 即通过（value <= tol）。",
+        ),
+    )
     expect(
         isinstance(good, dict)
         and isinstance(good.get("value"), (int, float))

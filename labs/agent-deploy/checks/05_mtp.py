@@ -72,6 +72,31 @@ def check() -> tuple[str, dict]:
             "在 eager、未量化的模型上，generate_mtp 给出的 token 与该模型的贪心解码不同。",
         ),
     )
+    if res.get("wrong_draft"):
+        i, k, field, pos, want_pos, nid, want_nid = res["wrong_draft"]
+        what = {
+            "position": (
+                f"position {pos}, the checker's loop passes {want_pos} (the position of the hidden state it drafts from)",
+                f"位置 {pos}，检查器的循环传入 {want_pos}（草稿所用隐藏状态所在的位置）",
+            ),
+            "next_id": (
+                f"next token {nid}, the checker's loop passes {want_nid} (the pending token)",
+                f"下一个 token {nid}，检查器的循环传入 {want_nid}（待定 token）",
+            ),
+            "hidden": (
+                f"the hidden state of another position than the checker's loop (position {want_pos}): after an accepted "
+                "draft it is hidden[1], after a rejected one hidden[0]",
+                f"与检查器的循环不同位置的隐藏状态（应为位置 {want_pos}）：草稿被接受后是 hidden[1]，被拒绝后是 hidden[0]",
+            ),
+        }[field]
+        raise Failure(
+            msg(
+                f"Prompt {i + 1}, draft {k + 1}: model.draft got {what[0]}. The output stays lossless, but the MTP head "
+                "drafts from the wrong place, so its drafts (and the speed-up) are not the ones MTP gives.",
+                f"第 {i + 1} 个提示词的第 {k + 1} 个草稿：model.draft 收到的是{what[1]}。输出仍然无损，"
+                "但 MTP 头是从错误的位置草拟的，草稿（以及加速）不是 MTP 应给出的。",
+            )
+        )
     ref_stats = res["ref_stats"]  # the checker's loop, on your model with your draft path
     expect(
         res["stats"] == ref_stats,

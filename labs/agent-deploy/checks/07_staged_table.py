@@ -113,6 +113,38 @@ def check() -> tuple[str, dict]:
         )
         if baseline is None:
             baseline = b
+        prof = d.get("profile") if isinstance(d.get("profile"), dict) else {}
+        bad = [
+            k
+            for k in ("launch_ms", "compute_ms", "memory_ms")
+            if _num(prof.get(k)) is None or not ar.close(float(prof[k]), cur_m[k], REL)
+        ] + ([] if prof.get("bound") == cur_m["bound"] else ["bound"])
+        expect(
+            not bad,
+            msg(
+                f"Decision {i} ({name}): its profile is {prof or d.get('profile')}; the profile it was proposed from "
+                f"(the model after {', '.join(kept) or 'no skill'}) is launch {cur_m['launch_ms']:.4f}, compute "
+                f"{cur_m['compute_ms']:.4f}, memory {cur_m['memory_ms']:.4f} ms/token, {cur_m['bound']}-bound "
+                f"(wrong or missing: {', '.join(bad)}). Record decision['profile'] from the profile you proposed from.",
+                f"第 {i} 个决策（{name}）：其 profile 为 {prof or d.get('profile')}；提出它所依据的剖析"
+                f"（保留 {', '.join(kept) or '无技能'} 之后的模型）为 launch {cur_m['launch_ms']:.4f}、compute "
+                f"{cur_m['compute_ms']:.4f}、memory {cur_m['memory_ms']:.4f} ms/token，{cur_m['bound']}-bound"
+                f"（错误或缺失：{', '.join(bad)}）。请把提出建议所依据的剖析记录在 decision['profile'] 中。",
+            ),
+        )
+        reasons = d.get("proposal")
+        expect(
+            isinstance(d.get("proposed_by"), str)
+            and bool(d["proposed_by"])
+            and isinstance(reasons, dict)
+            and all(isinstance(reasons.get(lg), str) and reasons[lg] for lg in ("en", "zh")),
+            msg(
+                f"Decision {i} ({name}) does not say who proposed it and why: proposed_by = {d.get('proposed_by')!r}, "
+                f"proposal = {reasons!r}; record the proposal's source and its reasons (en and zh).",
+                f"第 {i} 个决策（{name}）没有说明由谁提出、为什么提出：proposed_by = {d.get('proposed_by')!r}，"
+                f"proposal = {reasons!r}；请记录建议的 source 及其理由（en 和 zh）。",
+            ),
+        )
         cand = (*cur, name)
         v = d.get("verify") or {}
         if name == "quant_mxfp4_all" or v.get("kind") == "logits":
@@ -151,6 +183,16 @@ def check() -> tuple[str, dict]:
             )
             continue
         cand_m = ar.ref_measure(cand, ps, n)
+        la = _num((d.get("after") or {}).get("launches_per_token"))
+        expect(
+            la is not None and ar.close(la, cand_m["launches_per_token"], REL),
+            msg(
+                f"Decision {i} ({name}): the log says {la} launches/token after the skill, the checker measures "
+                f"{cand_m['launches_per_token']:.4f} (launches over decoded tokens, not rounded).",
+                f"第 {i} 个决策（{name}）：日志中技能之后为每 token {la} 次下发，检查器测得 "
+                f"{cand_m['launches_per_token']:.4f}（下发次数除以解码出的 token 数，不取整）。",
+            ),
+        )
         a = _num((d.get("after") or {}).get("ms_per_token"))
         sp = _num(d.get("speedup"))
         expect(

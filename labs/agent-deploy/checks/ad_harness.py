@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import adref as ar  # noqa: E402
+import torch  # noqa: E402
 
 
 def _skill(name: str) -> Any:
@@ -47,7 +48,16 @@ def _plain(d: Any) -> Any:
 def h_profile(case: str, ps: list[list[int]], n: int) -> dict:
     from agent.measure import profile
 
-    model = ar.chain(*({"baseline": (), "fused": ("fused_ops",), "graph": ("fused_ops", "graph_mode")}[case]))
+    model = ar.chain(
+        *(
+            {
+                "baseline": (),
+                "fused": ("fused_ops",),
+                "graph": ("fused_ops", "graph_mode"),
+                "mtp": ("fused_ops", "graph_mode", "quant_mx", "mtp"),
+            }[case]
+        )
+    )
     return _plain(profile(model, ps, n))
 
 
@@ -71,7 +81,23 @@ def h_fused(ps: list[list[int]], n: int, seqs: list[list[int]]) -> dict:
     out["verify_broken"] = _plain(
         verify(ref, ar.swiglu_swapped(ar.fused(ref.clone())), {"kind": "tokens"}, ps, n)
     )
+    # a model that stops one token early: the missing token counts as changed, whichever side is short
+    short = ref.clone()
+    short.decode_fn = _one_short  # type: ignore[method-assign]
+    out["verify_short"] = []
+    for a, b in ((ref, short), (short, ref)):
+        try:
+            out["verify_short"].append(_plain(verify(a, b, {"kind": "tokens"}, ps[:1], n)))
+        except Exception as e:  # noqa: BLE001 - reported by the check
+            out["verify_short"].append(f"{type(e).__name__}: {e}")
     return out
+
+
+def _one_short(model: Any, prompt_ids: list[int], n: int) -> list[int]:
+    """A decode loop that gives one token fewer than asked (for verify's length rule)."""
+    from labkit.deploy.model import greedy
+
+    return greedy(model, prompt_ids, n)[:-1]
 
 
 def h_quant(ps: list[list[int]], n: int, seqs: list[list[int]]) -> dict:
@@ -87,6 +113,8 @@ def h_quant(ps: list[list[int]], n: int, seqs: list[list[int]]) -> dict:
     spec = sk.SKILL.get("verify", {})
     out["verify_good"] = _plain(verify(ref, cand, spec, ps, n))
     out["verify_broken"] = _plain(verify(ref, ar.quant_all_fp4(ref.clone()), spec, ps, n))
+    # "at most tol": a candidate equal to the reference passes a zero tolerance
+    out["verify_at_tol"] = _plain(verify(ref, ref.clone(), {"kind": "logits", "tol": 0.0}, ps[:1], n))
     return out
 
 
@@ -130,8 +158,19 @@ def h_mtp(ps: list[list[int]], n: int) -> dict:
         return logits, hidden
 
     cand.step = step  # type: ignore[method-assign]
+    drafted: list[tuple[int, int, Any, int]] = []  # model.draft calls: (position, next_id, hidden, draft)
+    real_draft = cand.draft
+
+    def draft(hidden: Any, next_id: int, cache: Any, position: int) -> int:
+        d = real_draft(hidden, next_id, cache, position)
+        drafted.append((int(position), int(next_id), hidden.detach().clone(), int(d)))
+        return d
+
+    cand.draft = draft  # type: ignore[method-assign]
+    out["wrong_draft"] = None  # the first model.draft call that differs from the checker's loop
     for i, p in enumerate(ps):
         calls.clear()
+        drafted.clear()
         try:
             toks: list[int] | None = cand.generate(p, n)
         except ValueError:  # e.g. the KV cache overflows when positions are never given back
@@ -152,9 +191,26 @@ def h_mtp(ps: list[list[int]], n: int) -> dict:
             toks = cand.generate(p, n)  # raise the attendee's error as it is
         out["tokens"].append(toks)
         out["stats"].append(_plain(getattr(cand, "spec_stats", None)))
+        theirs = list(drafted)
+        drafted.clear()
         ar.generate_mtp(cand, p, n)  # the reference loop on the attendee's model and draft path
         out["ref_stats"].append(_plain(cand.spec_stats))
+        if out["wrong_draft"] is None and theirs:
+            for k, (got, want) in enumerate(zip(theirs, drafted, strict=False)):
+                field = (
+                    "position"
+                    if got[0] != want[0]
+                    else "next_id"
+                    if got[1] != want[1]
+                    else "hidden"
+                    if not torch.equal(got[2], want[2])
+                    else None
+                )
+                if field is not None:
+                    out["wrong_draft"] = [i, k, field, got[0], want[0], got[1], want[1]]
+                    break
     cand.step = real_step  # type: ignore[method-assign]
+    cand.draft = real_draft  # type: ignore[method-assign]
     out["measure"] = ar.measure(cand.clone(), ps, n)
     eager = ar.fresh()
     out["eager_tokens"] = [generate_mtp(eager, p, n) for p in ps]

@@ -149,6 +149,18 @@ def check() -> tuple[str, dict]:
                 f"{func}() 把 {want} 输入变成了 {got}：在 NPU 上模型以 bf16 运行，融合算子返回与输入相同的 dtype。",
             )
         )
+    if res.get("rope_dtypes"):
+        xd, cd, sd = res["rope_dtypes"]
+        raise Failure(
+            msg(
+                f"apply_rotary_emb() passes npu_rotary_mul a {xd} x with cos in {cd} and sin in {sd}: "
+                "torch_npu's npu_rotary_mul takes x, cos and sin in one dtype, so cast cos and sin to x.dtype "
+                "(the model runs in bf16 on the NPU).",
+                f"apply_rotary_emb() 传给 npu_rotary_mul 的 x 是 {xd}，cos 是 {cd}、sin 是 {sd}："
+                "torch_npu 的 npu_rotary_mul 要求 x、cos、sin 的 dtype 相同，请把 cos 和 sin 转成 x.dtype"
+                "（在 NPU 上模型以 bf16 运行）。",
+            )
+        )
     fused_launches = {"rms_norm": 1, "rope": 1, "attention": 1, "conv1x1": 0}
     for op, want in fused_launches.items():
         got = res["unit_launches"][op]

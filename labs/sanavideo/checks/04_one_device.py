@@ -74,6 +74,23 @@ def check() -> tuple[str, dict]:
                 )
             ],
         )
+    left = {t: n for t, n in res.get("left_on_device", {}).items() if t in res["stage_bytes"] and n > 0}
+    if left:
+        held = ", ".join(f"{t} ({kib(n)})" for t, n in left.items())
+        raise Failure(
+            msg(
+                f"After generate_on_one_device returned, the weights of {held} were still on the card: the last "
+                "stage must leave the card too, or the next clip starts with them on it next to the text encoder.",
+                f"generate_on_one_device 返回后，{held} 的权重仍在卡上：最后一个阶段也要离开卡，"
+                "否则下一个视频开始时它们会与文本编码器同时在卡上。",
+            ),
+            [
+                msg(
+                    "offload.to_host(tag) after the stage's last call, the VAE's included.",
+                    "每个阶段最后一次调用之后都要 offload.to_host(tag)，VAE 也不例外。",
+                )
+            ],
+        )
     depth, ref_depth = res["act_depth"].get("vae", 0), res["ref_act_depth"]["vae"]
     if depth > ref_depth:
         raise Failure(

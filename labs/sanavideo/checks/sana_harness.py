@@ -55,6 +55,10 @@ def sample(model: TinySana, prompt: str, seed: int, **session_kw: Any) -> tuple[
     return frames, {"elapsed_ms": rep.elapsed_ms, "launches": rep.launches, "ops": ops}
 
 
+def _dtype(t: Any) -> str:
+    return str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else type(t).__name__
+
+
 class _CountCalls:
     """Wrap labkit.npu functions (before the attendee imports them) to count their calls."""
 
@@ -70,6 +74,10 @@ class _CountCalls:
                 self.counts[__name] += 1
                 if __name == "npu_fusion_attention":
                     self.args[__name].append(_attention_call(*a, **k))
+                elif __name == "npu_rotary_mul":
+                    self.args[__name].append(
+                        {"dtypes": [_dtype(t) for t in (list(a) + list(k.values()))[:3]]}
+                    )
                 return __fn(*a, **k)
 
             setattr(npu, name, wrapped)
@@ -224,9 +232,17 @@ def fused_ops(prompt: str, seed: int, case_seed: int) -> dict:
         xb, qb = x.bfloat16(), qr.bfloat16()
         normb = layers.RMSNorm(norm.weight.shape[0], eps=norm.eps).bfloat16()
         normb.weight.data = norm.weight.data.bfloat16()
+        rope_before = len(counter.args["npu_rotary_mul"])
+        rope_b = now["rope"](qb, freqs)
+        # torch_npu's npu_rotary_mul needs cos and sin in x's dtype (the emulator would upcast)
+        rope_dtypes = [
+            call["dtypes"]
+            for call in counter.args["npu_rotary_mul"][rope_before:]
+            if len(set(call["dtypes"])) > 1
+        ]
         for op, out in (
             ("rms_norm", now["rms_norm"](normb, xb)),
-            ("rope", now["rope"](qb, freqs)),
+            ("rope", rope_b),
             ("attention", now["attention"](q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)),
         ):
             if out.dtype != torch.bfloat16:
@@ -249,6 +265,7 @@ def fused_ops(prompt: str, seed: int, case_seed: int) -> dict:
         "unit_shape": c["shape"],
         "attention_args": attention_args,
         "dtypes": dtypes,
+        "rope_dtypes": rope_dtypes[0] if rope_dtypes else None,
         "calls": calls,
         "conv1x1_calls": conv_mode.n,
     }
