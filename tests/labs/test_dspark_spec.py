@@ -7,6 +7,7 @@ tests/labs/test_all_labs.py).
 - the checker's near-tie rule for "lossless";
 - the reference solution's loop: lossless on other prompts, deterministic emulated TPOT, faster
   than MTP1;
+- step 5's fixed run ends with a whole block one token short of n;
 - step 4's batched tau sweep (``checks/tausweep.py``) gives the checker's loop's iterations and
   TPOT at every tau;
 - the shipped mutants are what training/make_mutants.py generates from the current solution.
@@ -148,6 +149,26 @@ def test_reference_loop_is_lossless_deterministic_and_faster_than_mtp1() -> None
         assert a["tpot_ms"] == b["tpot_ms"]
         mtp, _ = dc.ref_mtp1(p, 32)
         assert a["tpot_ms"] < mtp
+
+
+def test_verify_fixed_run_ends_its_last_block_at_n() -> None:
+    """Step 5's fixed run (FIXED_PROMPT at FIXED_TAU, FIXED_N tokens): its last iteration starts one
+    token short of n with a whole block (a cache sized without the block overflows there) and
+    rejects the block's first token, so the loop ends at exactly n (a loop that runs while
+    len(out) <= n makes one more iteration); its greedy tokens have no near tie."""
+    src = (LAB / "checks" / "05_verify.py").read_text()
+    ns: dict = {}
+    exec(next(line for line in src.splitlines() if line.startswith("FIXED_PROMPT, ")), ns)
+    _, drafter, tok = dc.models()
+    prompt = tok.encode(ns["FIXED_PROMPT"], bos=True)
+    n = ns["FIXED_N"]
+    run = dc.ref_decode(prompt, n, ns["FIXED_TAU"])
+    cursor, last = 1, None
+    for a, drafted in zip(run["accepted"], run["drafted"], strict=True):
+        last = (cursor, a, drafted)
+        cursor += a + 1
+    assert last == (n - 1, 0, drafter.block_size) and cursor == n
+    assert min(dc.ref_greedy(prompt, n)[1]) > 10 * dc.TIE
 
 
 @pytest.mark.parametrize("salt", ["pytest-sweep-a", "pytest-sweep-b"])

@@ -70,6 +70,35 @@ def check() -> tuple[str, dict[str, float]]:
             ),
             [HINT],
         )
+    for r in got:
+        # one token from the prefill, then per step the target's token and, when accepted, the draft
+        made = 1 + len(r["accepted"]) + sum(r["accepted"])
+        if made not in (N, N + 1):
+            raise Failure(
+                msg(
+                    f"mtp1_decode()'s stats['accepted'] count {sum(r['accepted'])} accepted drafts in {len(r['accepted'])} "
+                    f"steps: that makes {made} tokens (one from the prefill, then one per step plus the draft when it is "
+                    f"accepted), but the loop stopped at {N}. Record 1 exactly for the steps whose draft the target accepted.",
+                    f"mtp1_decode() 的 stats['accepted'] 记录了 {len(r['accepted'])} 步中接受 {sum(r['accepted'])} 个草稿："
+                    f"这会得到 {made} 个 token（预填充一个，之后每步一个，草稿被接受时再加一个），但循环在 {N} 个时停止。"
+                    "只有目标模型接受了草稿的那一步才记 1。",
+                ),
+                [HINT],
+            )
+        for i, (offset, pairs, pos) in enumerate(r["mtp_feeds"]):
+            if offset + pairs != pos:
+                raise Failure(
+                    msg(
+                        f"Step {i}: the MTP block drafted from (hidden state, next token) pairs at positions {offset} .. "
+                        f"{offset + pairs - 1}, but the last committed token sits at position {pos}: the newest pair "
+                        f"must be (the target's hidden state at position {pos - 1}, the token at {pos}). `offset` "
+                        "is the position of hidden[:, 0], the same positions as the target's KV cache.",
+                        f"第 {i} 步：MTP 模块根据位置 {offset} .. {offset + pairs - 1} 上的（隐状态, 下一个 token）对起草，"
+                        f"但最后一个已确认 token 位于位置 {pos}：它最新的一对应当是（目标模型在位置 {pos - 1} 的隐状态, "
+                        f"位置 {pos} 的 token）。`offset` 是 hidden[:, 0] 的位置，与目标模型 KV 缓存的位置一致。",
+                    ),
+                    [HINT],
+                )
     rate = sum(acc) / len(acc)
     return msg(
         f"Greedy and MTP1 give the target's tokens on {len(prompts)} unseen prompts. Emulated TPOT (950DT, graph mode): "

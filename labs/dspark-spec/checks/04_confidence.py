@@ -77,7 +77,7 @@ def check() -> tuple[str, dict[str, float]]:
     for i, ((ctx, last, tau), r) in enumerate(zip(block_cases, got["blocks"], strict=True)):
         lg = block_logits[i]
         conf = dc.ref_confidence(lg)
-        if r["conf"].shape != conf.shape or (r["conf"].double() - conf).abs().max() > 1e-5:
+        if r["conf"].shape != conf.shape or not (r["conf"].double() - conf).abs().max() <= 1e-5:
             _, corrected, _ = dc.ref_correct(lg, last)
             after = dc.ref_confidence(corrected)
             late = r["conf"].shape == after.shape and (r["conf"].double() - after).abs().max() < 1e-4

@@ -86,8 +86,10 @@ def call(func: str, *args: Any, hint: str, timeout: float = 60) -> Any:
         raise Failure(
             msg(
                 f"Your code ran out of KV cache ({err.message}): the positions of rejected draft tokens were not "
-                f"rolled back out of the cache (cache.length).\n{err.format()}",
-                f"你的代码用完了 KV 缓存（{err.message}）：被拒绝的草稿 token 的位置没有从缓存中回退（cache.length）。\n{err.format()}",
+                "rolled back out of the cache (cache.length), or the cache was made too small: the last verify pass "
+                f"can start one token short of n with a whole block after it.\n{err.format()}",
+                f"你的代码用完了 KV 缓存（{err.message}）：被拒绝的草稿 token 的位置没有从缓存中回退（cache.length），"
+                f"或者缓存开得太小：最后一次验证前向可能在还差一个 token 到 n 时开始，后面跟着整整一个块。\n{err.format()}",
             ),
             [hint],
         )

@@ -55,9 +55,14 @@ def baseline(weights: str, prompts: list[list[int]], n: int, greedy: bool = True
             with _session() as s:
                 g = _ints(greedy_decode(target, list(p), n))
                 tg = s.elapsed_ms()
-        with _session() as s:
-            m, st = mtp1_decode(target, list(p), n)
-            tm = s.elapsed_ms()
+        events: list[tuple[Any, ...]] = []
+        _watch_mtp(target, events)
+        try:
+            with _session() as s:
+                m, st = mtp1_decode(target, list(p), n)
+                tm = s.elapsed_ms()
+        finally:
+            del target.hidden, target.mtp_hidden
         out.append(
             {
                 "greedy": g,
@@ -65,9 +70,41 @@ def baseline(weights: str, prompts: list[list[int]], n: int, greedy: bool = True
                 "accepted": _ints(st.get("accepted", [])),
                 "greedy_ms": (tg - pre) / n,
                 "mtp1_ms": (tm - pre) / n,
+                "mtp_feeds": _drafting_feeds(events),
             }
         )
     return out
+
+
+def _watch_mtp(target: Any, events: list[tuple[Any, ...]]) -> None:
+    """Log every target pass ("t", cache length before it) and every MTP block call ("m", offset,
+    pairs) into ``events`` (instance attributes over the model's methods: ``forward`` and
+    ``mtp_logits`` call these)."""
+    real_hidden, real_mtp = target.hidden, target.mtp_hidden
+
+    def hidden(ids: Any, *a: Any, **k: Any) -> Any:
+        cache = a[0] if a else k.get("cache")
+        events.append(("t", -1 if cache is None else int(cache.length)))
+        return real_hidden(ids, *a, **k)
+
+    def mtp_hidden(h: Any, next_ids: Any, *a: Any, **k: Any) -> Any:
+        offset = a[1] if len(a) > 1 else k.get("offset", 0)
+        try:
+            pairs = int(torch.as_tensor(next_ids).shape[-1])
+        except (TypeError, ValueError, RuntimeError, IndexError):
+            pairs = -1
+        events.append(("m", int(offset), pairs))
+        return real_mtp(h, next_ids, *a, **k)
+
+    target.hidden, target.mtp_hidden = hidden, mtp_hidden
+
+
+def _drafting_feeds(events: list[tuple[Any, ...]]) -> list[tuple[int, int, int]]:
+    """For every target pass after the prefill that an MTP call comes right before (the call
+    that drafted the token it verifies): (offset, pairs, the position of the pass's first token)."""
+    return [
+        (e[1], e[2], t[1]) for e, t in zip(events, events[1:], strict=False) if e[0] == "m" and t[0] == "t"
+    ]
 
 
 def parallel(weights: str, cases: list[tuple[torch.Tensor, int]]) -> list[dict[str, Any]]:
@@ -149,9 +186,10 @@ def verify(
     return {"greedy": g, "residual": r, "samples": samples}
 
 
-def decode_each(weights: str, cases: list[tuple[list[int], float | None]], n: int) -> list[dict[str, Any]]:
-    """``decode(weights, [prompt], n, tau)[0]`` for each ``(prompt, tau)``: one child for several runs."""
-    return [decode(weights, [p], n, tau)[0] for p, tau in cases]
+def decode_each(weights: str, cases: list[tuple[Any, ...]], n: int) -> list[dict[str, Any]]:
+    """``decode(weights, [prompt], n, tau)[0]`` for each ``(prompt, tau)`` or ``(prompt, tau, n)``:
+    one child for several runs."""
+    return [decode(weights, [c[0]], c[2] if len(c) > 2 else n, c[1])[0] for c in cases]
 
 
 def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) -> list[dict[str, Any]]:
@@ -167,6 +205,7 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
         passes: list[list[int]] = []
         ctxs: list[torch.Tensor] = []
         offsets: list[int] = []
+        waited: list[bool] = []
         real_block = dmod.draft_block
 
         def block(*a: Any, _real: Any = real_block, _log: list = drafts, _ctx: list = ctxs, **k: Any) -> Any:
@@ -184,11 +223,15 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
             _real: Any = real_hidden,
             _log: list = passes,
             _at: list = offsets,
+            _waited: list = waited,
             **k: Any,
         ) -> torch.Tensor:
             cache = a[0] if a else k.get("cache")
             _at.append(-1 if cache is None else int(cache.length))
             _log.append(_ints(ids))
+            # has the stream this pass runs on waited for every op issued on `draft` so far?
+            sess = emu.current()
+            _waited.append(sess is None or sess.stream_ms(sess.current_stream) >= sess.stream_ms("draft"))
             return _real(ids, *a, **k)
 
         pre = _prefill_ms(target, p)
@@ -215,6 +258,7 @@ def decode(weights: str, prompts: list[list[int]], n: int, tau: float | None) ->
                 "contexts": ctxs,
                 "passes": passes[1:] if passes and passes[0] == list(p) else passes,
                 "offsets": offsets[1:] if passes and passes[0] == list(p) else offsets,
+                "waited": waited[1:] if passes and passes[0] == list(p) else waited,
                 "tpot_ms": (elapsed - pre) / n,
                 "streams": streams,
             }
@@ -235,3 +279,8 @@ def figures(
     return {
         k: (float(v) if not isinstance(v, (list, tuple)) else [float(x) for x in v]) for k, v in f.items()
     }
+
+
+def figures_each(cases: list[tuple[list[dict[str, Any]], int, float, float]]) -> list[dict[str, Any]]:
+    """:func:`figures` of every ``(runs, block_size, tpot_mtp1, tpot_dspark)``, in one child."""
+    return [figures(*c) for c in cases]

@@ -95,6 +95,25 @@ mut(
     "logic",
     ("repeated", "重复"),
 )
+mut(
+    "baseline",
+    "mtp1-offset-shifted",
+    B,
+    [
+        (
+            "    mh_prev, mnext, moff = h, torch.tensor([prompt_ids[1:] + [out[0]]]), 0\n",
+            "    mh_prev, mnext, moff = h, torch.tensor([prompt_ids[1:] + [out[0]]]), 1  # first pair at 1\n",
+        )
+    ],
+    (
+        "the MTP block is fed the prompt's pairs from position 1 instead of 0: its cache is one position off the "
+        "target's (the output stays lossless, the drafts are made from misplaced pairs)",
+        "MTP 模块从位置 1 而不是 0 开始接收提示词的那些对：它的缓存与目标模型的错开一个位置"
+        "（输出仍然无损，但草稿来自放错位置的对）",
+    ),
+    "boundary",
+    ("pairs at positions", "对起草"),
+)
 # -- parallel draft
 mut(
     "parallel-draft",
@@ -404,6 +423,51 @@ mut(
     "missing",
     ("`draft` stream", "`draft` 流"),
 )
+mut(
+    "verify",
+    "no-wait-draft",
+    L,
+    [('        if s is not None:\n            s.wait_stream("draft")\n', "")],
+    (
+        "the drafter runs on the `draft` stream but the main stream never waits for it: the target verifies a "
+        "block that is still being drafted",
+        "草稿模型跑在 `draft` 流上，但主流从不等待它：目标模型验证的是还在起草中的块",
+    ),
+    "ordering",
+    ("waited for the `draft`", "等待 `draft`"),
+)
+mut(
+    "verify",
+    "cache-without-block",
+    L,
+    [
+        (
+            "    cache = target.new_cache(1, len(prompt_ids) + n + drafter.block_size + 2)\n",
+            "    cache = target.new_cache(1, len(prompt_ids) + n + 2)  # as for MTP1\n",
+        )
+    ],
+    (
+        "the KV cache is sized as for MTP1 (prompt + n + 2): the last verify pass, one token short of n with a "
+        "whole block after it, does not fit",
+        "KV 缓存按 MTP1 的大小开（提示词 + n + 2）：最后一次验证前向在还差一个 token 到 n 时开始，后面还跟着整整一个块，放不下",
+    ),
+    "boundary",
+    ("too small", "太小"),
+)
+mut(
+    "verify",
+    "loop-runs-on",
+    L,
+    [("    while len(out) < n:\n", "    while len(out) <= n:\n")],
+    (
+        "the loop runs while len(out) <= n: when an iteration ends at exactly n tokens it drafts and verifies one "
+        "more block (the output is cut to n, the work and the stats are not)",
+        "循环条件写成 len(out) <= n：某一轮恰好得到 n 个 token 时，它会再起草并验证一个块（输出被截到 n 个，"
+        "但多做的计算和统计没有被去掉）",
+    ),
+    "boundary",
+    ("another block", "又起草并验证了一个块"),
+)
 # -- report
 mut(
     "report",
@@ -484,7 +548,8 @@ mut(
 )
 
 root = LAB / "mutants"
-shutil.rmtree(root, ignore_errors=True)
+for old_step in root.glob("*/"):  # equivalent.yaml (the machine mutants that are right) stays
+    shutil.rmtree(old_step)
 for step, name, file, repl, what, cls, expect in M:
     src = (SOL / file).read_text()
     new = src

@@ -35,6 +35,10 @@ def cases() -> list[tuple[dsa.DSAConfig, int, int]]:
         # on the boundary (exactly n fit), one byte short of it, and somewhere in between
         cap = [exact, exact - 1, exact + r.randrange(1, kc.ref_kv_bytes(cfg, total))][i % 3]
         out.append((cfg, cap, total))
+    # nothing fits: one byte short of a single sequence's KV alone (its indexer keys left out too),
+    # and less than the weights themselves
+    w = dsa.ToyDSA(cfg).weight_bytes()
+    out += [(cfg, w + cfg.n_layers * total * cfg.kv_entry_bytes - 1, total), (cfg, w - 1, total)]
     out.append((kc.CFG, kc.capacity(), kc.PROMPT + 64))
     return out
 
@@ -43,6 +47,11 @@ def diagnose(cfg: dsa.DSAConfig, cap: int, total: int, got: object) -> str:
     w = dsa.ToyDSA(cfg).weight_bytes()
     kv_only = cfg.n_layers * total * cfg.kv_entry_bytes
     per = kc.ref_kv_bytes(cfg, total)
+    if got == 1 and kc.ref_max_batch(cfg, cap, total) == 0:
+        return msg(
+            " Not even one sequence fits here: the answer can be 0, it is not at least 1.",
+            "这里连一个序列都放不下：答案可以是 0，而不是至少为 1。",
+        )
     if got == (cap - w) // kv_only:
         return msg(
             " It matches a plan without the indexer's key cache (one per layer group): it lives on the device too.",

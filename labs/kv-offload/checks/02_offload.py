@@ -19,6 +19,10 @@ HINT = msg(
 )
 STEPS = 12
 DISTINCT = 4
+# and a short run at a batch other than the model's layer count (2 x the baseline batch is 8, as
+# many as the layers: a host cache made [layers, batch, ...] instead of [batch, layers, ...] has
+# the same shape there and only breaks at another batch)
+SMALL_BATCH, SMALL_STEPS = 3, 3
 
 
 def check() -> tuple[str, dict[str, float]]:
@@ -31,7 +35,9 @@ def check() -> tuple[str, dict[str, float]]:
     # served to another, a row left out) still shows, for half the prefills.
     tokens, pre = kc.tiled(kc.run_seed("offload"), DISTINCT, batch, STEPS)
     ref = kc.reference(tokens, pre)
-    got = kc.run_call(kc.decode_call("host", tokens, pre), HINT)
+    small = (tokens[:SMALL_BATCH, : kc.PROMPT + SMALL_STEPS], (pre[0][:SMALL_BATCH], pre[1][:SMALL_BATCH]))
+    calls = kc.Calls([kc.decode_call("host", tokens, pre), kc.decode_call("host", *small)], HINT)
+    got = calls[0]
     what = msg(f"Offload at batch {batch}", f"批 {batch} 的 offload")
     kc.oom(got, what, HINT)
     if got["peak_by_tag"].get("kv", 0):
@@ -81,6 +87,24 @@ def check() -> tuple[str, dict[str, float]]:
             ),
             [HINT],
         )
+    small_what = msg(f"Offload at batch {SMALL_BATCH}", f"批 {SMALL_BATCH} 的 offload")
+    try:
+        small_run = calls[1]
+    except Failure as exc:  # the same code worked at batch 2 x b0: say which batch broke it
+        same = batch == cfg.n_layers
+        raise Failure(
+            msg(
+                f"{small_what} (it ran at batch {batch}"
+                + (", as many as the layers: are batch and layers swapped in a shape?" if same else "")
+                + f"): {exc.message}",
+                f"{small_what}（批 {batch} 时能运行"
+                + ("，与层数相同：某个形状里是否把批和层弄反了？" if same else "")
+                + f"）：{exc.message}",
+            ),
+            exc.hints,
+        ) from exc
+    kc.oom(small_run, small_what, HINT)
+    kc.compare_logits(small_run, ref.logits[:SMALL_BATCH, :SMALL_STEPS], small_what, HINT)
     full = cfg.n_layers * (kc.PROMPT + STEPS) * batch * entry
     return (
         msg(

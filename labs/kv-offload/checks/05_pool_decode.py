@@ -25,6 +25,10 @@ HINT = msg(
 #: recompute the figures throughput() reports, on the same unseen texts
 STEPS, WARMUP, N_SLOTS = 32, 8, 8 * kc.CFG.topk
 TALK = {"baseline": 2427, "offload": 3755, "gain": 0.548}
+#: a boundary the decode may never meet: the same top-k (8 random positions of 64, no more than a
+#: set holds) selected two steps in a row, at a batch other than the layer count: the first step
+#: misses everything, the second hits everything (no miss to copy, nothing over the link)
+REPEAT = {"batch": 3, "positions": 64, "k": 8}
 
 
 def tok_s(batch: int, run: dict, steps: int, warmup: int) -> float:
@@ -49,6 +53,7 @@ def check() -> tuple[str, dict[str, float]]:
             kc.decode_call("pooled", tokens, pre, fifo(False), WARMUP),
             kc.decode_call("pooled", tokens, pre, fifo(True), WARMUP),
             kc.decode_call("device", tokens[:b0], (pre[0][:b0], pre[1][:b0]), {}, WARMUP),
+            *[("pooled_repeat", [policy, N_SLOTS, *REPEAT.values(), seed]) for policy in ("fifo", "lru")],
         ],
         HINT,
         timeout=240,
@@ -93,6 +98,50 @@ def check() -> tuple[str, dict[str, float]]:
             ),
             [HINT],
         )
+    late = next((i for i, w in enumerate(side["plans_waited"]) if not w), None)
+    if late is not None:
+        raise Failure(
+            msg(
+                f"With side_stream=True, plan {late} (of the timed steps and every group and sequence) ran before the "
+                "stream planning had waited for the refill: the plan reads the pool's state, which the refill is still "
+                'writing. Make select() wait for it first (`self.s.wait_stream("refill")`).',
+                f"side_stream=True 时，第 {late} 次规划（按计时步、组和序列计）在规划所在的流等待回填之前就运行了："
+                '规划读取池的状态，而回填还在写它。请让 select() 先等待它（`self.s.wait_stream("refill")`）。',
+            ),
+            [HINT],
+        )
+    for i, policy in ((3, "FIFO"), (4, "LRU")):
+        what = msg(
+            f"PooledKV({policy}) selecting the same top-k two steps in a row (batch {REPEAT['batch']}, "
+            f"{REPEAT['k']} of {REPEAT['positions']} positions: the first step misses all, the second hits all)",
+            f"PooledKV({policy}) 连续两步选中同样的 top-k（批 {REPEAT['batch']}，{REPEAT['positions']} 个位置中的 "
+            f"{REPEAT['k']} 个：第一步全部未命中，第二步全部命中）",
+        )
+        try:
+            rep_steps = calls[i]["steps"]
+        except Failure as exc:
+            raise Failure(f"{what}: {exc.message}", exc.hints) from exc
+        for t, st in enumerate(rep_steps):
+            if not st["max_error"] <= 1e-6:
+                raise Failure(
+                    msg(
+                        f"{what}: at step {t} fetch() returned entries that differ from the selected KV by up to "
+                        f"{st['max_error']:.3g}.",
+                        f"{what}：第 {t} 步 fetch() 返回的条目与选中的 KV 最多相差 {st['max_error']:.3g}。",
+                    ),
+                    [HINT],
+                )
+        if rep_steps[1]["h2d_bytes"]:
+            raise Failure(
+                msg(
+                    f"{what}: the second step copied {rep_steps[1]['h2d_bytes']} B host -> device where every entry is "
+                    "in the pool. Does select() give pool.plan() the positions as Python ints (ids[b].tolist())? A pool "
+                    "that looks them up by value does not find tensors.",
+                    f"{what}：第二步从主机向设备拷贝了 {rep_steps[1]['h2d_bytes']} B，而所有条目都在池中。select() 传给 "
+                    "pool.plan() 的位置是 Python 整数（ids[b].tolist()）吗？按值查找的池找不到张量。",
+                ),
+                [HINT],
+            )
     saved = main_["elapsed_ms"] - side["elapsed_ms"]
     if saved <= 0.01 * main_["elapsed_ms"]:
         raise Failure(
@@ -120,6 +169,17 @@ def check() -> tuple[str, dict[str, float]]:
         "gain": on_side / base - 1,
         "hidden_ms": hidden,
     }
+    for key, v in (("baseline_batch", b0), ("offload_batch", batch)):
+        g = rep.get(key) if isinstance(rep, dict) else None
+        if g != v:
+            raise Failure(
+                msg(
+                    f"throughput({seed}) reports {key} = {g}; the largest batch that fits with the whole KV on the device "
+                    f"is {b0}, and the offload runs twice it, {batch}.",
+                    f"throughput({seed}) 报告 {key} = {g}；整份 KV 放在卡上时放得下的最大批是 {b0}，offload 用它的两倍，{batch}。",
+                ),
+                [HINT],
+            )
     for key, v in expect.items():
         g = rep.get(key) if isinstance(rep, dict) else None
         if not isinstance(g, (int, float)) or abs(g - v) > 1e-6 * max(1.0, abs(v)):

@@ -20,8 +20,8 @@ class PooledKV:
         if self.s is not None:
             self.s.memory.alloc("pool", b * n_layers * self.n_slots * e * 4)
         self.data = torch.zeros(b, n_layers, self.n_slots, e)  # the pools' slots, on the device
-        self.pools: dict[tuple[int, int], dsa.Pool] = {}
-        self.plans: list[dsa.Plan] = []
+        self.pools: dict[tuple[int, int], dsa.Pool] = {}  # one per (group, sequence)
+        self.plans: list[dsa.Plan] = []  # this group's plans, one per sequence
 
     def select(self, group: int, ids: torch.Tensor) -> None:
         if self.s is not None:  # the plan reads the state the last refill left
