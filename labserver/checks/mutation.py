@@ -177,11 +177,6 @@ def _functions(tree: ast.AST) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDe
     return out
 
 
-def _source(lines: list[str], node: ast.AST) -> str:
-    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])  # type: ignore[attr-defined]
-    return "".join(lines[first - 1 : node.end_lineno])  # type: ignore[attr-defined]
-
-
 def _imported_names(tree: ast.Module) -> frozenset[str]:
     """Names the module binds by ``import`` (modules, and classes from ``from x import Y``): a call
     on one of them is a function call, not a method of an object."""
@@ -205,20 +200,18 @@ def attendee_regions(solution: Path, starter: Path) -> list[Region]:
             tree = ast.parse(text)
         except SyntaxError:
             continue
-        lines = text.splitlines(keepends=True)
         theirs = starter / rel
         before: dict[str, str] = {}
         if theirs.is_file():
             try:
                 old = theirs.read_text()
-                before = {
-                    n: _source(old.splitlines(keepends=True), f)
-                    for n, f in _functions(ast.parse(old)).items()
-                }
+                before = {n: ast.dump(f) for n, f in _functions(ast.parse(old)).items()}
             except SyntaxError:
                 before = {}
         for name, fn in _functions(tree).items():
-            if before.get(name) != _source(lines, fn):
+            # compared as syntax trees: a function that differs from the starter's only in comments
+            # or layout is the starter's, not the attendee's
+            if before.get(name) != ast.dump(fn):
                 regions.append(Region(rel, name, fn.lineno, fn.end_lineno or fn.lineno))
     return regions
 

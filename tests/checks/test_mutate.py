@@ -149,3 +149,16 @@ def test_unknown_steps_and_operators_are_refused_with_the_choices() -> None:
         and "implement-rmsnorm" in result.output
         and "drop-call" in result.output
     )
+
+
+def test_a_function_that_differs_only_in_comments_is_the_starters(tmp_path: Path) -> None:
+    commented = STARTER.replace(
+        "def refill(pool, side, keys, n):\n", "def refill(pool, side, keys, n):\n    # a new comment\n"
+    )
+    commented = commented.replace(
+        "    return x  # the starter has this one too", "    return x  # another comment"
+    )
+    regions = attendee_regions(
+        _write(tmp_path / "solution", commented), _write(tmp_path / "starter", STARTER)
+    )
+    assert regions == []
