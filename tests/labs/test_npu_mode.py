@@ -55,6 +55,11 @@ def npu_env(home: Path) -> dict[str, str]:
     }
 
 
+def run_in_npu_mode(ws: Path, argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """``argv`` in the solved lab folder ``ws`` with the fake NPU (:func:`npu_env`), output captured."""
+    return subprocess.run(argv, cwd=ws, env=npu_env(home), capture_output=True, text=True, timeout=300)
+
+
 def solved(lab_id: str, root: Path) -> Path:
     ws = root / lab_id
     shutil.copytree(REPO / "labs" / lab_id / "starter", ws)
@@ -124,14 +129,7 @@ def test_sanavideo_npu_mode_one_click_script_writes_the_video(tmp_path: Path) ->
     import sanacheck as sc
 
     ws = solved("sanavideo", tmp_path)
-    res = subprocess.run(
-        ["bash", "infer_platform.sh", "a blue square moving up", "blue.mp4"],
-        cwd=ws,
-        env=npu_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_in_npu_mode(ws, ["bash", "infer_platform.sh", "a blue square moving up", "blue.mp4"], tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "fake NPU" in res.stdout and "(npu)" in res.stdout, res.stdout  # step [1/5] saw the card
     assert "Applied patch tinysana/pipeline.py cleanly" in res.stderr + res.stdout
@@ -171,14 +169,7 @@ def test_dsv4_offload_npu_mode_launch_script_serves(tmp_path: Path) -> None:
     The lab's card is the emulated A3 by design (every figure is emulated, ``measurer=False``): on a
     real card the script runs the same, on the CPU, and prints the same figures."""
     ws = solved("dsv4-offload", tmp_path)
-    res = subprocess.run(
-        ["bash", "recipe/scripts/launch_ds4flash_npu.sh"],
-        cwd=ws,
-        env=npu_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = run_in_npu_mode(ws, ["bash", "recipe/scripts/launch_ds4flash_npu.sh"], tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "fits" in res.stdout and "wrote plan.json" in res.stdout, res.stdout
     assert "served 4 requests" in res.stdout and "decode:" in res.stdout, res.stdout

@@ -121,6 +121,20 @@ def _answer(conn: socket.socket, code: int | None, *, run_it_yourself: bool = Fa
     conn.close()
 
 
+def _reap(client: zygote.Client, calls: dict[int, socket.socket | None]) -> float:
+    """Take the ended forked pythons out of ``calls`` (zygote id -> its shim, or None when the shim
+    is gone), give each shim its exit status, and return the CPU seconds they used."""
+    cpu = 0.0
+    for ident in list(calls):
+        done = client.exited(ident)
+        if done is not None:
+            cpu += done[1]
+            conn = calls.pop(ident)
+            if conn is not None:
+                _answer(conn, done[0])
+    return cpu
+
+
 def run(
     client: zygote.Client,
     wrapper: list[str],
@@ -155,13 +169,7 @@ def run(
                 code, main_cpu = ended
                 cpu += main_cpu
                 break
-            for ident in list(calls):
-                done = client.exited(ident)
-                if done is not None:
-                    cpu += done[1]
-                    conn = calls.pop(ident)
-                    if conn is not None:
-                        _answer(conn, done[0])
+            cpu += _reap(client, calls)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 timed_out = True
@@ -196,10 +204,12 @@ def run(
                     for fd in fds:
                         os.close(fd)
                 calls[ident] = conn
-            for ident, conn in list(calls.items()):
-                if conn in shims and conn in ready:  # the shim is gone (killed): so goes its python
+            for ident, shim in list(calls.items()):
+                if (
+                    shim is not None and shim in shims and shim in ready
+                ):  # the shim is gone: so goes its python
                     client.kill(ident)
-                    conn.close()
+                    shim.close()
                     calls[ident] = None
     finally:
         for conn in waiting:
@@ -213,13 +223,7 @@ def run(
             client.kill(ident)
         end = time.monotonic() + 30
         while running and time.monotonic() < end:
-            for ident in list(running):
-                done = client.exited(ident)
-                if done is not None:
-                    cpu += done[1]
-                    conn = running.pop(ident)
-                    if conn is not None:
-                        _answer(conn, done[0])
+            cpu += _reap(client, running)
             if running:
                 client.pump(max(0.01, end - time.monotonic()))
         if running:
