@@ -55,8 +55,10 @@ class Headline:
 
     def problems(self) -> list[str]:
         if not self.within and not self.gap.strip():
-            return [f"{self.lab}: {self.emulated:g} {self.unit} is not within 30 % of the talk's "
-                    f"{self.talk:g} and no gap paragraph says why"]
+            return [
+                f"{self.lab}: {self.emulated:g} {self.unit} is not within 30 % of the talk's "
+                f"{self.talk:g} and no gap paragraph says why"
+            ]
         return []
 
 

@@ -18,14 +18,15 @@ from fastapi.staticfiles import StaticFiles
 from sqlmodel import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from labserver import __version__, db, safe_json
+from labserver import __version__, db
 from labserver.backends import make_backend
 from labserver.backends.base import BackendError, PathRefused, TooBig, WorkspaceFull, safe_relpath
-from labserver.body_limit import BodyLimitMiddleware
 from labserver.config import Settings
 from labserver.content import LabCatalog
-from labserver.csrf import CSRFMiddleware
-from labserver.http_observe import RequestObserver
+from labserver.edge import safe_json
+from labserver.edge.body_limit import BodyLimitMiddleware
+from labserver.edge.csrf import CSRFMiddleware
+from labserver.edge.http_observe import RequestObserver
 from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
 from labserver.recorder import RecordingStore

@@ -3,7 +3,7 @@ of what it is about, so one attendee's trouble can be followed from the join to 
 
 The ids travel in a :class:`LogContext` held by a context variable:
 
-- the HTTP middleware (``labserver/http_observe.py``) starts one per request or WebSocket with its
+- the HTTP middleware (``labserver/edge/http_observe.py``) starts one per request or WebSocket with its
   ``request_id`` (the client's ``X-Request-ID`` when it is a short token, else a fresh one; sent
   back in the response's ``X-Request-ID``);
 - code that learns more calls :func:`bind` in one line: the attendee (``routes/deps.py`` on every

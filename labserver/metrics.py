@@ -5,7 +5,7 @@ Kept in this process as they happen:
 
 - ``labserver_http_request_duration_seconds`` (histogram; ``method``, ``route`` = the route's
   template, never the raw path, ``status``): time to the response's first byte
-  (``labserver/http_observe.py``). An SSE stream counts until its headers are out, not its life.
+  (``labserver/edge/http_observe.py``). An SSE stream counts until its headers are out, not its life.
 - ``labserver_db_pool_wait_seconds`` (histogram): how long each database connection checkout waited
   for the pool (:class:`TimedQueuePool`, the pool class :func:`labserver.db.make_engine` uses). A
   growing tail means something holds connections across slow work, or the pool is too small.

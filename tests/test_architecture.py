@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "labserver.db",
             "labserver.metrics",
             "labserver.migrations",
+            "labserver.edge",
         ),
     ),
     ("content", ("labserver.content",)),

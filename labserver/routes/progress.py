@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from labserver.body_limit import IMPORT_MAX
+from labserver.edge.body_limit import IMPORT_MAX
 from labserver.routes.deps import Ctx, CurrentAttendee, SessionDep
 from labserver.schemas import ErrorPublic, ImportReportPublic, json_file
 from labserver.services import progress_io

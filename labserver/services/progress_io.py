@@ -61,10 +61,11 @@ from pydantic import (
 )
 from sqlmodel import Session, col, select
 
-from labserver import __version__, clock, safe_json
+from labserver import __version__, clock
 from labserver.backends.base import LabSeed, PathRefused, safe_relpath
 from labserver.backends.local import HIDDEN
 from labserver.content import Lab
+from labserver.edge import safe_json
 from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, CheckStatus, Event
 from labserver.services import progress_signing
 from labserver.services.checking import publish_finished

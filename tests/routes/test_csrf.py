@@ -1,4 +1,4 @@
-"""A page on another site cannot use the attendee's or the instructor's cookie (labserver/csrf.py).
+"""A page on another site cannot use the attendee's or the instructor's cookie (labserver/edge/csrf.py).
 
 Attacks as a forged page makes them: the browser attaches the victim's cookie and an ``Origin``
 (or only a ``Referer``) naming the attacker's site."""
@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 from starlette.websockets import WebSocketDisconnect
 
-from labserver.csrf import is_cross_site
+from labserver.edge.csrf import is_cross_site
 from labserver.models import Event, EventStatus
 from labserver.routes.deps import ATTENDEE_COOKIE, INSTRUCTOR_COOKIE, make_instructor_cookie
 from tests.conftest import EVENT_CODE, iter_routes
