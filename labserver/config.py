@@ -139,7 +139,7 @@ class LocalSettings(BaseModel):
 
 
 class LogSettings(BaseModel):
-    """What the server logs and how (labserver/logging_json.py, docs/operations.md)."""
+    """What the server logs and how (labserver/observability/logging_json.py, docs/operations.md)."""
 
     format: Literal["text", "json"] = "text"  # json: one object per line with request/attendee/env ids
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -4,7 +4,7 @@
 The connection pool (size, overflow, timeout: ``LABSERVER_DB__*``) is small on purpose: no request
 holds a connection across an engine call, a checker run, file I/O or a wait (:func:`release`
 before each), so a room of hundreds shares a handful. Every checkout's wait is measured
-(:data:`labserver.metrics.DB_POOL_WAIT`)."""
+(:data:`labserver.observability.metrics.DB_POOL_WAIT`)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from labserver import metrics
 from labserver.config import DatabaseSettings
+from labserver.observability import metrics
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 

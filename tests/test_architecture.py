@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "labserver.i18n",
             "labserver.models",
             "labserver.db",
-            "labserver.metrics",
+            "labserver.observability",
             "labserver.migrations",
             "labserver.edge",
         ),

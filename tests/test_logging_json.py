@@ -13,8 +13,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from labserver import logging_json
 from labserver.models import Event
+from labserver.observability import logging_json
 from tests.conftest import EVENT_CODE, join, settle
 
 

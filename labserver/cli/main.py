@@ -53,8 +53,8 @@ def serve(
     import uvicorn
     from sqlmodel import Session
 
-    from labserver import logging_json
     from labserver.app import create_app
+    from labserver.observability import logging_json
     from labserver.services.events import ensure_default_event
 
     settings = Settings()

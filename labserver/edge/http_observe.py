@@ -1,9 +1,9 @@
 """Every HTTP request and WebSocket is observed by one ASGI middleware, :class:`RequestObserver`:
 
-- a log context is begun with the request's id (``labserver/logging_json.py``): the client's
+- a log context is begun with the request's id (``labserver/observability/logging_json.py``): the client's
   ``X-Request-ID`` when it is a short safe token, else a fresh one, sent back as ``X-Request-ID``;
 - the time to the response's first byte is observed in
-  ``labserver_http_request_duration_seconds{method, route, status}`` (``labserver/metrics.py``).
+  ``labserver_http_request_duration_seconds{method, route, status}`` (``labserver/observability/metrics.py``).
   ``route`` is the matched route's template (``/api/v1/labs/{lab_id}``), never the path the client
   sent (a hostile client must not mint label values); a request no route matched is ``unmatched``.
   WebSockets get the log context only."""
@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from labserver import logging_json, metrics
+from labserver.observability import logging_json, metrics
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -12,9 +12,9 @@ from fastapi import Depends, HTTPException, Path, Query, Request, WebSocket
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from sqlmodel import Session
 
-from labserver import logging_json
 from labserver.db import release
 from labserver.models import Attendee, Event
+from labserver.observability import logging_json
 from labserver.services.context import AppContext
 from labserver.services.events import attendee_for_token
 

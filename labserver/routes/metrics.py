@@ -1,4 +1,4 @@
-"""``GET /metrics``: the Prometheus text (``labserver/metrics.py``), for an instructor (session
+"""``GET /metrics``: the Prometheus text (``labserver/observability/metrics.py``), for an instructor (session
 cookie or the instructor token as bearer), a scraper with ``LABSERVER_METRICS__TOKEN`` as bearer,
 or a client whose address is in ``LABSERVER_METRICS__NETWORKS``. Anyone else gets 403: the figures
 name labs, steps and routes, and their rates tell how a room is doing."""
@@ -10,7 +10,7 @@ import ipaddress
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
-from labserver import metrics
+from labserver.observability import metrics
 from labserver.routes.deps import Ctx, SessionDep, instructor_from
 from labserver.schemas import media
 from labserver.services.metrics_snapshot import snapshot

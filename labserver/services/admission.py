@@ -28,7 +28,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from labserver import metrics
+from labserver.observability import metrics
 from labserver.services.queue_places import band
 
 #: backend reasons that mean "no room now": the start stays queued and is retried

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from labserver import clock, metrics
+from labserver import clock
 from labserver.backends.base import BackendError, CheckRaw, EnvRef
 from labserver.backends.meter import ProcessMeter
 from labserver.checks.request import check_request
@@ -28,6 +28,7 @@ from labserver.content import Lab, Step
 from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
+from labserver.observability import metrics
 from labserver.services import check_files, grid_deltas, not_gradable, recordings, workspace_full
 from labserver.services.context import AppContext
 from labserver.services.environments import with_environment

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from sqlmodel import Session, select
 
-from labserver import clock, logging_json, metrics
+from labserver import clock
 from labserver.backends.base import (
     BackendError,
     EnvironmentGone,
@@ -33,6 +33,7 @@ from labserver.backends.base import (
 from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
+from labserver.observability import logging_json, metrics
 from labserver.services import env_spec
 from labserver.services.admission import CAPACITY_REASONS
 from labserver.services.context import AppContext

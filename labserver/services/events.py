@@ -11,8 +11,9 @@ import secrets
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
-from labserver import clock, logging_json
+from labserver import clock
 from labserver.models import Attendee, Event, EventStatus, Seat
+from labserver.observability import logging_json
 
 log = logging.getLogger(__name__)
 

@@ -45,8 +45,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from labserver import metrics
 from labserver.backends.meter import ProcessMeter, sample_all
+from labserver.observability import metrics
 from labserver.services.queue_places import band
 
 

@@ -1,4 +1,4 @@
-"""What ``/metrics`` reads at each scrape (``labserver.metrics.Snapshot``): environments counted per
+"""What ``/metrics`` reads at each scrape (``labserver.observability.metrics.Snapshot``): environments counted per
 (state, reason) in the database, terminal shells and SSE streams held by this process, checks
 waiting for a slot. One short query; the session is released before the answer is rendered."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 from sqlalchemy import func
 from sqlmodel import Session, select
 
-from labserver import metrics
 from labserver.db import in_thread, release
 from labserver.models import Environment
+from labserver.observability import metrics
 from labserver.services.context import AppContext
 
 

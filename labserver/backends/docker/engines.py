@@ -29,7 +29,6 @@ import docker
 import docker.errors
 import requests
 
-from labserver import metrics
 from labserver.backends.base import (
     EnvironmentGone,
     EnvSpec,
@@ -45,6 +44,7 @@ from labserver.backends.docker.scheduler import Node, NoRoom, Placement, Running
 from labserver.backends.docker.slots import EngineSlots
 from labserver.backends.docker.usage import UsageBook
 from labserver.config import DockerSettings
+from labserver.observability import metrics
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream as kstream
 from websocket import WebSocketException
 
-from labserver import metrics
 from labserver.backends.base import EnvironmentGone, ExecResult, ProvisionError, backoff
 from labserver.backends.kubernetes import problems
 from labserver.backends.kubernetes.manifests import CONTAINER
 from labserver.config import KubernetesSettings
+from labserver.observability import metrics
 
 #: kind -> (API group class, method suffix)
 KINDS: dict[str, tuple[str, str]] = {

@@ -9,9 +9,9 @@ import socket
 
 import pytest
 
-from labserver import metrics
 from labserver.backends.docker.engines import Engines, nodes_from_settings
 from labserver.config import DockerSettings
+from labserver.observability import metrics
 
 
 def test_an_engine_call_that_fails_is_counted_by_error_class() -> None:
