@@ -1,4 +1,4 @@
-"""What recording costs the terminal path (labserver/recorder.py).
+"""What recording costs the terminal path (labserver/terminals/recorder.py).
 
     .venv/bin/python bench/recording.py [--lines 200000] [--chunks 20000]
 
@@ -26,8 +26,8 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.config import RecordingSettings, Settings
-from labserver.recorder import RecordingStore
 from labserver.services.events import create_event
+from labserver.terminals.recorder import RecordingStore
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -29,7 +29,6 @@ from labserver.edge.csrf import CSRFMiddleware
 from labserver.edge.http_observe import RequestObserver
 from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
-from labserver.recorder import RecordingStore
 from labserver.routes import api, completion, instructor, pages, progress, recordings, share, terminal
 from labserver.routes import metrics as metrics_route
 from labserver.services import workspace_full
@@ -40,7 +39,8 @@ from labserver.services.fair_queue import CheckQueue
 from labserver.services.lifecycle import housekeeping
 from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders, retry_orphaned_runs
 from labserver.services.warming import start_warming
-from labserver.terminals import TerminalHub
+from labserver.terminals.recorder import RecordingStore
+from labserver.terminals.sessions import TerminalHub
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ class KubernetesSettings(BaseModel):
 
 
 class RecordingSettings(BaseModel):
-    """Terminal recordings (asciicast v2, labserver/recorder.py): every attendee shell's output, kept
+    """Terminal recordings (asciicast v2, labserver/terminals/recorder.py): every attendee shell's output, kept
     under ``DATA_DIR/recordings/<environment>/`` and deleted with the environment's workspace."""
 
     enabled: bool = True

@@ -44,7 +44,7 @@ class Event(SQLModel, table=True):
     selfpaced: bool = False
     # joining needs a personal code (a Seat) instead of the event code
     seats_only: bool = False
-    # terminal recordings keep the attendees' keystrokes too (labserver/recorder.py; off: output only)
+    # terminal recordings keep the attendees' keystrokes too (labserver/terminals/recorder.py; off: output only)
     record_input: bool = False
     created_at: dt.datetime = Field(default_factory=_now)
 

@@ -18,8 +18,8 @@ from labserver.content import Lab, Step
 from labserver.content.markdown import render
 from labserver.i18n import gettext
 from labserver.models import Announcement, Attendee, CheckRun, Environment, Event, HelpRequest
-from labserver.recorder import RecordingFile
-from labserver.sharing import Share
+from labserver.terminals.recorder import RecordingFile
+from labserver.terminals.sharing import Share
 
 
 class _Out(BaseModel):
@@ -98,7 +98,7 @@ class EventPublic(_Out):
     attendees: int = 0
     warm_pool: int | None = None  # None: the server's LABSERVER_DOCKER__WARM_POOL
     seats_only: bool = False  # joining needs a personal code (services/seats.py)
-    record_input: bool = False  # terminal recordings keep keystrokes too (labserver/recorder.py)
+    record_input: bool = False  # terminal recordings keep keystrokes too (labserver/terminals/recorder.py)
 
     @classmethod
     def of(cls, event: Event, attendees: int = 0) -> EventPublic:
@@ -657,7 +657,7 @@ class HintsOpenedPublic(_Out):
 
 # -- help with consent ------------------------------------------------------------------------------
 class SharePublic(_Out):
-    """A request to share an attendee's terminal (labserver/sharing.py): ``state`` is ``asked``
+    """A request to share an attendee's terminal (labserver/terminals/sharing.py): ``state`` is ``asked``
     (waiting for the attendee), ``active`` (the instructor may type) or ``ended``."""
 
     id: int

@@ -43,8 +43,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "labserver.live",
             "labserver.terminals",
-            "labserver.recorder",
-            "labserver.sharing",
             "labserver.schemas",
         ),
     ),

@@ -8,7 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from labserver.recorder import CAP_MARK, MAX_PENDING, SKIP_MARK, RecordingStore
+from labserver.terminals.recorder import CAP_MARK, MAX_PENDING, SKIP_MARK, RecordingStore
 
 
 def events(path: Path) -> tuple[dict, list[list]]:

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 
 from labserver.backends.base import PROMPT_END
-from labserver.terminals import RESYNC, SCROLLBACK, VIEWER_MAX, TerminalSession
+from labserver.terminals.sessions import RESYNC, SCROLLBACK, VIEWER_MAX, TerminalSession
 
 
 class ScriptedPty:
@@ -94,7 +94,7 @@ def test_a_viewer_that_never_reads_holds_a_bounded_backlog_and_is_resynced() -> 
 def test_thirty_shells_open_in_parallel_and_one_key_opens_once() -> None:
     """Each opener waits until all thirty have begun: a hub that opens one shell at a time (one
     lock around the open) never gets there and the wait_for below gives up."""
-    from labserver.terminals import TerminalHub
+    from labserver.terminals.sessions import TerminalHub
 
     async def go() -> None:
         hub = TerminalHub()

@@ -330,7 +330,7 @@ class Terminal(Protocol):
     """A bidirectional PTY. ``read`` returns b"" once the shell has exited.
 
     ``marks_prompt``: the shell's prompts end with :data:`PROMPT_END`, so input that arrives before
-    the first one can be held until the shell reads it (:class:`labserver.terminals.TerminalSession`).
+    the first one can be held until the shell reads it (:class:`labserver.terminals.sessions.TerminalSession`).
     False: input goes to the PTY at once, and what is typed before the first prompt may show twice."""
 
     marks_prompt: bool

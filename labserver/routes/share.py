@@ -1,4 +1,4 @@
-"""Help with consent over HTTP (the rules: :mod:`labserver.sharing`, the changes:
+"""Help with consent over HTTP (the rules: :mod:`labserver.terminals.sharing`, the changes:
 :mod:`labserver.services.help_share`). An instructor asks from a raised hand and may end a share;
 the attendee answers on their own page (``/api/v1/share``): accept, or end (decline or stop).
 The writable terminal view itself is the instructor's WebSocket (``routes/terminal.py``), which

@@ -4,7 +4,7 @@ its first prompt; at once on a re-attach); browser → server binary (keystrokes
 control (``{"resize": [cols, rows]}``). Keystrokes sent before "ready" are held by the session and
 reach the shell after its prompt, never echoed before it.
 
-The shell lives in :class:`~labserver.terminals.TerminalHub`, not in the socket: a reconnect
+The shell lives in :class:`~labserver.terminals.sessions.TerminalHub`, not in the socket: a reconnect
 re-attaches to the same shell and first replays recent output."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from labserver.models import Environment
 from labserver.routes.deps import Me, instructor_from, resolve_in_own_session, token_from
 from labserver.services import environments, help_share
 from labserver.services.context import AppContext
-from labserver.sharing import Share
-from labserver.terminals import RESYNC, TerminalSession
+from labserver.terminals.sessions import RESYNC, TerminalSession
+from labserver.terminals.sharing import Share
 
 router = APIRouter(prefix="/api/v1", tags=["terminal"])
 
@@ -280,7 +280,7 @@ async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
     """An instructor's view of an attendee's terminal. ``readonly=1`` (the default) never forwards
     keystrokes. ``lab`` picks which lab's shell (default: the most recently opened).
     ``readonly=0`` (typing) needs ``lab`` and the attendee's consent: an active share of that
-    environment and lab (labserver/sharing.py), else the socket is closed with 4403; the socket
+    environment and lab (labserver/terminals/sharing.py), else the socket is closed with 4403; the socket
     is closed with 4403 too the moment the share ends."""
     ctx: AppContext = ws.app.state.ctx
     name = instructor_from(ctx, ws.headers, ws.cookies) or (

@@ -15,8 +15,8 @@ from labserver.live import LiveHub
 from labserver.services.admission import Admission
 from labserver.services.fair_queue import CheckQueue
 from labserver.services.join_notes import JoinWatch
-from labserver.sharing import ShareBook
-from labserver.terminals import TerminalHub
+from labserver.terminals.sessions import TerminalHub
+from labserver.terminals.sharing import ShareBook
 
 
 @dataclass
@@ -31,7 +31,7 @@ class AppContext:
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
     join_watch: JoinWatch = field(default_factory=JoinWatch)  # user agent + address key per join
-    shares: ShareBook = field(default_factory=ShareBook)  # help with consent (labserver/sharing.py)
+    shares: ShareBook = field(default_factory=ShareBook)  # help with consent (labserver/terminals/sharing.py)
     #: ids of the check runs this server is running (services/recovery.py: a ``running`` row not in
     #: here is one no live server will finish)
     checks_in_flight: set[int] = field(default_factory=set)

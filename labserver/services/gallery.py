@@ -2,7 +2,7 @@
 
 Mechanism. A page holds one stream (``routes/instructor_gallery.py``) and that stream one
 :class:`GalleryFeed`. The feed reads the terminals' scrollback that the server keeps anyway
-(:class:`~labserver.terminals.TerminalHub`): it attaches no viewer and opens no shell, so a
+(:class:`~labserver.terminals.sessions.TerminalHub`): it attaches no viewer and opens no shell, so a
 thumbnail costs the terminal nothing and never keeps an idle shell alive. The stream calls
 :meth:`GalleryFeed.poll` once per tick (:data:`INTERVAL_S`); a poll renders only the terminals whose
 output changed since the last one (``TerminalSession.output_bytes``), from the end of their
@@ -28,7 +28,7 @@ from sqlmodel import Session, col
 
 from labserver.models import Environment
 from labserver.services.terminal_tail import last_lines
-from labserver.terminals import Key, TerminalHub
+from labserver.terminals.sessions import Key, TerminalHub
 
 INTERVAL_S = 1.0  # a thumbnail changes at most this often (the stream's tick)
 ROWS = 10  # lines per thumbnail

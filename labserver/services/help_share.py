@@ -1,7 +1,7 @@
 """Help with consent: from a raised hand, an instructor asks to type in the attendee's terminal;
 the attendee accepts on their own page; then both type in the same shell, the attendee's page
 says who else is typing, and either side ends it. The rules of who may type, and why nothing
-else grants it, are in :mod:`labserver.sharing` (its threat model); this module changes shares
+else grants it, are in :mod:`labserver.terminals.sharing` (its threat model); this module changes shares
 and tells both sides:
 
 ==================  ==========================================  ===================================
@@ -27,7 +27,7 @@ from labserver.models import HelpRequest, HelpState
 from labserver.services import recordings
 from labserver.services.context import AppContext
 from labserver.services.environments import env_id_for
-from labserver.sharing import Share, ShareState
+from labserver.terminals.sharing import Share, ShareState
 
 TYPING_EVERY_S = 1.0
 

@@ -1,4 +1,4 @@
-"""An attendee's terminal recordings (the files: :mod:`labserver.recorder`): listing, one file,
+"""An attendee's terminal recordings (the files: :mod:`labserver.terminals.recorder`): listing, one file,
 markers from the Check button, deletion with the workspace, and the event's export of them.
 
 Who sees what: a recording belongs to the environment of one attendee, and the environment id is
@@ -18,9 +18,9 @@ import zipfile
 from pathlib import Path
 
 from labserver.models import Attendee
-from labserver.recorder import RecordingFile, RecordingStore
 from labserver.services.context import AppContext
 from labserver.services.environments import env_id_for
+from labserver.terminals.recorder import RecordingFile, RecordingStore
 
 #: asciicast's media type (what the player and a download receive)
 MEDIA_TYPE = "application/x-asciicast"

@@ -17,7 +17,7 @@ from labserver.routes.terminal import open_session
 from labserver.services import environments
 from labserver.services.events import create_event, join
 from labserver.services.gallery import COLS, ROWS, GalleryFeed, delta, event_envs
-from labserver.terminals import TerminalSession
+from labserver.terminals.sessions import TerminalSession
 
 LAB = "getting-started"
 MEGABYTE = b"head -c 1000000 /dev/zero | tr '\\0' x; echo; seq 1 30; echo mark-%s-$((40+2))\r"

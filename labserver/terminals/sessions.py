@@ -15,9 +15,9 @@ and a viewer that reads slower than the shell writes (a stalled browser, a slow 
 stops reading) has its backlog dropped and gets :data:`RESYNC` instead, after which the bridge
 replays the scrollback. Memory per viewer stays under ``VIEWER_MAX + SCROLLBACK`` whatever it does.
 
-A hub given a :class:`~labserver.recorder.RecordingStore` records each session it opens (output,
+A hub given a :class:`~labserver.terminals.recorder.RecordingStore` records each session it opens (output,
 resizes, markers; input where asked): one file per shell, written off the event loop
-(labserver/recorder.py). :meth:`TerminalHub.mark` puts a marker into a live session's recording."""
+(labserver/terminals/recorder.py). :meth:`TerminalHub.mark` puts a marker into a live session's recording."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from labserver.backends.base import PROMPT_END, Terminal
-from labserver.recorder import Recording, RecordingStore
+from labserver.terminals.recorder import Recording, RecordingStore
 
 Key = tuple[str, str]  # (env_id, lab_id)
 SCROLLBACK = 128 * 1024

@@ -1,4 +1,4 @@
-"""Terminal recordings as asciicast v2: one file per shell (a :class:`~labserver.terminals.TerminalSession`),
+"""Terminal recordings as asciicast v2: one file per shell (a :class:`~labserver.terminals.sessions.TerminalSession`),
 kept per environment under ``DATA_DIR/recordings/<env id>/`` and deleted with the environment.
 
 What is recorded, and the promises kept:
