@@ -51,7 +51,7 @@ from labserver.backends.local import EnvRecord, LocalBackend
 from labserver.config import Settings
 from labserver.content.loader import LabCatalog
 from labserver.services import env_spec
-from labserver.services.events import ensure_default_event
+from labserver.services.joining.events import ensure_default_event
 
 ENV_ID = re.compile(r"ev\d+-at(\d+)$")
 

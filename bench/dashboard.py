@@ -65,7 +65,7 @@ def seed(app, labs: list[str], attendees: int) -> tuple[int, dict[int, str]]:  #
 
     from labserver import clock
     from labserver.models import Attendee, CheckRun, StepStart
-    from labserver.services.events import create_event, hash_token
+    from labserver.services.joining.events import create_event, hash_token
 
     ctx = app.state.ctx
     rng = random.Random(7)

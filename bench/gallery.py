@@ -60,7 +60,7 @@ def seed(data_dir: Path, labs_dir: Path, attendees: int) -> tuple[int, list[str]
     from labserver.app import create_app
     from labserver.config import Settings
     from labserver.models import Attendee, CheckRun, StepStart
-    from labserver.services.events import create_event, hash_token
+    from labserver.services.joining.events import create_event, hash_token
 
     app = create_app(
         Settings(data_dir=data_dir, labs_dir=labs_dir, web_dir=REPO / "web", instructor_token=TOKEN)

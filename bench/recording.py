@@ -26,7 +26,7 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.config import RecordingSettings, Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from labserver.terminals.recorder import RecordingStore
 
 REPO = Path(__file__).resolve().parent.parent

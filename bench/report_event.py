@@ -3,7 +3,7 @@
     .venv/bin/python bench/report_event.py [--attendees 50] [--seed 7] [--out /tmp/report-bench]
 
 Everything goes through the real services and database (SQLite in a folder of its own): attendees
-join (``services/events.join``), open steps (``services/progress.open_step``), open hints
+join (``services/joining/events.join``), open steps (``services/progress.open_step``), open hints
 (``services/hints.open_hints``) and press Check (``services/checking.run_check``, which commits the
 run and, on a pass, the digests of the lab folder read through the local backend). The only stand-in
 is the checker itself: ``ScriptedChecks`` (a subclass of the real local backend) answers each check
@@ -45,7 +45,7 @@ from labserver.config import Settings
 from labserver.models import Attendee, Event
 from labserver.routes.report import standalone_html
 from labserver.services import checking, completion, hints, progress, report
-from labserver.services.events import create_event, join
+from labserver.services.joining.events import create_event, join
 
 REPO = Path(__file__).resolve().parent.parent
 LAB = "getting-started"

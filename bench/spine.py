@@ -18,7 +18,7 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.config import Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 
 TRIVIAL_CHECKER = """import json, os, sys
 os.write(int(os.environ["LAB_RESULT_FD"]), json.dumps({"passed": True, "message": "ok"}).encode())

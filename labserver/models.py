@@ -50,7 +50,7 @@ class Event(SQLModel, table=True):
 
 
 class Seat(SQLModel, table=True):
-    """A personal join code: used once, by one attendee (services/seats.py). Only its hash is kept."""
+    """A personal join code: used once, by one attendee (services/joining/seats.py). Only its hash is kept."""
 
     __tablename__ = "seats"
     id: int | None = Field(default=None, primary_key=True)

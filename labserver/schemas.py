@@ -97,7 +97,7 @@ class EventPublic(_Out):
     selfpaced: bool
     attendees: int = 0
     warm_pool: int | None = None  # None: the server's LABSERVER_DOCKER__WARM_POOL
-    seats_only: bool = False  # joining needs a personal code (services/seats.py)
+    seats_only: bool = False  # joining needs a personal code (services/joining/seats.py)
     record_input: bool = False  # terminal recordings keep keystrokes too (labserver/terminals/recorder.py)
 
     @classmethod

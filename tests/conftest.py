@@ -19,7 +19,7 @@ from sqlmodel import Session
 from labserver.app import create_app
 from labserver.config import Settings
 from labserver.models import Event
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 
 REPO = Path(__file__).resolve().parent.parent
 INSTRUCTOR_TOKEN = "test-instructor-token"

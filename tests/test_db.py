@@ -11,7 +11,7 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.config import Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import join
 
 

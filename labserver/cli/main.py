@@ -55,7 +55,7 @@ def serve(
 
     from labserver.app import create_app
     from labserver.observability import logging_json
-    from labserver.services.events import ensure_default_event
+    from labserver.services.joining.events import ensure_default_event
 
     settings = Settings()
     token_generated = False

@@ -51,8 +51,9 @@ from labserver.schemas import (
     UnavailableLab,
     media,
 )
-from labserver.services import checking, environments, event_admin, files, help, pacing, progress
-from labserver.services.events import JoinError, join
+from labserver.services import checking, environments, files, help, pacing, progress
+from labserver.services.joining import event_admin
+from labserver.services.joining.events import JoinError, join
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 
@@ -112,7 +113,7 @@ def api_join(
     except JoinError as exc:
         return JSONResponse({"detail": gettext(lang, exc.message), "code": exc.code}, status_code=400)
     assert attendee.id is not None
-    ctx.join_watch.record(  # services/join_watch.py: what the instructor's join list shows
+    ctx.join_watch.record(  # services/joining/join_watch.py: what the instructor's join list shows
         ctx.settings.ensure_secret_key(),
         attendee_id=attendee.id,
         user_agent=request.headers.get("user-agent", ""),

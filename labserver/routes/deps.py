@@ -16,7 +16,7 @@ from labserver.db import release
 from labserver.models import Attendee, Event
 from labserver.observability import logging_json
 from labserver.services.context import AppContext
-from labserver.services.events import attendee_for_token
+from labserver.services.joining.events import attendee_for_token
 
 #: the largest id a database row can have (a signed 64-bit integer): a bigger one in a path is a 422
 #: that says the range, never an overflow in the database driver (a 500)

@@ -38,9 +38,9 @@ from labserver.routes.instructor_pages import PageInstructor, instructor_base
 from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
 from labserver.routes.pages import render_page
 from labserver.schemas import SSE, EventPublic
-from labserver.services import event_admin
 from labserver.services.context import AppContext
 from labserver.services.gallery import COLS, INTERVAL_S, ROWS, GalleryFeed, event_envs
+from labserver.services.joining import event_admin
 
 api = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
 pages = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])

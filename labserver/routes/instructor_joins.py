@@ -1,5 +1,5 @@
 """The instructor's view of who joined (issue 13 item 6): the join list with the signs of cheap
-identities, and removing an attendee for good (:mod:`labserver.services.join_watch`).
+identities, and removing an attendee for good (:mod:`labserver.services.joining.join_watch`).
 
 - ``GET    /api/v1/events/{event_id}/joins`` -> every attendee with join time, user agent, joins
   from the same address (an HMAC key, never the address) and the reasons it looks suspicious
@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.schemas import ErrorPublic, StatusPublic
-from labserver.services import join_watch
+from labserver.services.joining import join_watch
 
 router = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
 
@@ -34,7 +34,7 @@ class JoinPublic(BaseModel):
     "/events/{event_id}/joins", response_model=list[JoinPublic], responses={404: {"model": ErrorPublic}}
 )
 def list_joins(event_id: DbId, ctx: Ctx, session: SessionDep) -> list[JoinPublic]:
-    """Every attendee of the event with the signs of a cheap identity (services/join_watch.py)."""
+    """Every attendee of the event with the signs of a cheap identity (services/joining/join_watch.py)."""
     event = get_event(session, event_id)
     return [JoinPublic.model_validate(row) for row in join_watch.joins(ctx, session, event)]
 

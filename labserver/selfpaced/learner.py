@@ -27,7 +27,7 @@ from labserver.checks.verdict import Verdict
 from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, Event
 from labserver.services.environments import env_id_for
-from labserver.services.events import create_event, hash_token
+from labserver.services.joining.events import create_event, hash_token
 
 STATE_FILE = "selfpaced.json"
 EVENT_TITLE = "Self-paced labs"

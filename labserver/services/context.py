@@ -14,7 +14,7 @@ from labserver.content import LabCatalog
 from labserver.live import LiveHub
 from labserver.services.admission import Admission
 from labserver.services.fair_queue import CheckQueue
-from labserver.services.join_notes import JoinWatch
+from labserver.services.joining.join_notes import JoinWatch
 from labserver.terminals.sessions import TerminalHub
 from labserver.terminals.sharing import ShareBook
 

@@ -106,7 +106,7 @@ def test_a_check_that_cannot_start_says_why(unsandboxed: Settings, lang: str, ph
     app = create_app(unsandboxed)
     from sqlmodel import Session
 
-    from labserver.services.events import create_event
+    from labserver.services.joining.events import create_event
 
     with Session(app.state.ctx.engine) as s:
         create_event(s, title="Root", labs=["getting-started"], code=EVENT_CODE)

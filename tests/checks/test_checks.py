@@ -14,7 +14,7 @@ from labserver.backends.base import CheckRaw
 from labserver.checks.verdict import interpret
 from labserver.config import Settings
 from labserver.models import CheckRun, CheckStatus
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import INSTRUCTOR_TOKEN, join
 
 CHECKERS = {

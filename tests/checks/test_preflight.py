@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from labserver.app import create_app
 from labserver.cli.main import app as cli
 from labserver.config import Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 
 CHECKER = """import json, os, pathlib, sys
 ok = pathlib.Path("answer.txt").is_file() and pathlib.Path("answer.txt").read_text() == "42\\n"

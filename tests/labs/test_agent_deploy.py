@@ -216,7 +216,7 @@ def test_reference_log_on_the_step_page_is_current() -> None:
 def test_the_decision_log_is_on_the_lab_page_in_both_languages(app, client) -> None:  # type: ignore[no-untyped-def]
     from sqlmodel import Session
 
-    from labserver.services.events import create_event
+    from labserver.services.joining.events import create_event
     from tests.conftest import join
 
     with Session(app.state.ctx.engine, expire_on_commit=False) as session:

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from labserver.app import create_app
 from labserver.config import CheckSettings, Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import EVENT_CODE, REPO, join
 
 LAB = "getting-started"

@@ -22,7 +22,7 @@ from sqlmodel import Session
 
 from labserver.models import Event
 from labserver.routes.deps import ATTENDEE_COOKIE, INSTRUCTOR_COOKIE
-from labserver.services.events import join as join_event
+from labserver.services.joining.events import join as join_event
 from tests.conftest import INSTRUCTOR_TOKEN, instructor_headers, join
 
 

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from labserver.models import Attendee
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 
 
 def test_thirty_joins_at_once_respect_the_capacity(app: FastAPI) -> None:

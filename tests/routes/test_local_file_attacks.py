@@ -176,7 +176,7 @@ def _unsandboxed_app(settings, allow: bool = False) -> FastAPI:  # type: ignore[
     from sqlmodel import Session
 
     from labserver.app import create_app
-    from labserver.services.events import create_event
+    from labserver.services.joining.events import create_event
     from tests.conftest import EVENT_CODE
 
     app = create_app(settings.model_copy(update={"sandbox": "none", "allow_unsandboxed": allow}))

@@ -139,7 +139,7 @@ def test_thirty_at_once_joins_and_scrapes_on_a_pool_of_two(tmp_path: Path, datab
     from sqlmodel import Session
 
     from labserver.config import DatabaseSettings
-    from labserver.services.events import create_event
+    from labserver.services.joining.events import create_event
     from tests.conftest import EVENT_CODE, INSTRUCTOR_TOKEN, REPO
 
     settings = Settings(

@@ -21,7 +21,7 @@ from labserver.i18n import translations
 from labserver.models import CheckRun, CheckStatus, Event
 from labserver.routes import pages
 from labserver.routes.deps import Me, resolve_attendee
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import EVENT_CODE, INSTRUCTOR_TOKEN, REPO, settle
 
 TEMPLATES = REPO / "web" / "templates"

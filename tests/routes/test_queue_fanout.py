@@ -21,7 +21,7 @@ from labserver.live import Kind, Subscription
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
 from labserver.services import checking, grid_deltas
-from labserver.services.events import join
+from labserver.services.joining.events import join
 from labserver.services.queue_places import bands_up_to
 from tests.conftest import EVENT_CODE
 

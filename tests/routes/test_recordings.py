@@ -20,7 +20,7 @@ from sqlmodel import Session
 from labserver.app import create_app
 from labserver.config import RecordingSettings, Settings
 from labserver.models import Event
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from labserver.terminals.recorder import CAP_MARK
 from tests.conftest import EVENT_CODE, instructor_headers, join
 

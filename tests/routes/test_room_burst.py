@@ -26,7 +26,7 @@ from labserver.backends.base import EnvRef, EnvSpec, ProgressCallback
 from labserver.backends.local import LocalBackend
 from labserver.backends.local_terminal import PtyTerminal
 from labserver.config import AdmissionSettings, DatabaseSettings, Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 
 CROWD = 100
 CODE = "BURST"

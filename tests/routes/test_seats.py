@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from labserver.models import Attendee, Seat
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import instructor_headers
 
 

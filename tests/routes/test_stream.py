@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.config import Settings
-from labserver.services.events import create_event, join
+from labserver.services.joining.events import create_event, join
 
 
 def test_many_open_streams_leave_the_database_pool_free(tmp_path: Path) -> None:

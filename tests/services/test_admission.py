@@ -16,7 +16,7 @@ from labserver.config import Settings
 from labserver.live import Kind
 from labserver.services.admission import Admission
 from labserver.services.environments import admitted_create, spec_for
-from labserver.services.events import create_event, join
+from labserver.services.joining.events import create_event, join
 from labserver.services.queue_places import band, bands_up_to
 
 

@@ -17,7 +17,7 @@ from labserver.content.schema import LabSpec
 from labserver.models import Attendee
 from labserver.services.env_spec import image_conflicts, image_for, limits_for
 from labserver.services.environments import spec_for
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 
 DEFAULT = "labserver/cpu-emu:abc123"
 

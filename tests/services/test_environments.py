@@ -16,7 +16,7 @@ from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.models import Environment
 from labserver.services.environments import ensure_environment, set_state, with_environment
-from labserver.services.events import create_event, join
+from labserver.services.joining.events import create_event, join
 
 
 class CountingLocal(LocalBackend):

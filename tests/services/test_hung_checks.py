@@ -23,7 +23,7 @@ from labserver.app import create_app
 from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.services import checking
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import INSTRUCTOR_TOKEN, join, settle
 
 SLEEPY = textwrap.dedent("""

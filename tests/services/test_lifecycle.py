@@ -16,7 +16,7 @@ from labserver.config import DockerSettings, Settings
 from labserver.models import Environment
 from labserver.services.culling import cull_idle
 from labserver.services.environments import ensure_environment
-from labserver.services.events import create_event, join
+from labserver.services.joining.events import create_event, join
 from labserver.services.lifecycle import warm_open_events
 
 

@@ -25,7 +25,7 @@ from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.services import checking, room
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import EVENT_CODE, instructor_headers, join, settle
 
 LAB = "/api/v1/labs/getting-started"

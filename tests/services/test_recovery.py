@@ -90,7 +90,7 @@ def test_a_running_row_nothing_runs_is_closed_and_pressed_again(slow_settings: S
     app = create_app(slow_settings)
     ctx: AppContext = app.state.ctx
     with Session(ctx.engine, expire_on_commit=False) as s:
-        from labserver.services.events import create_event
+        from labserver.services.joining.events import create_event
 
         event = create_event(s, title="Sweep", labs=[LAB], code=EVENT_CODE)
     with TestClient(app) as client:
@@ -114,7 +114,7 @@ def test_a_check_cancelled_before_its_commit_is_closed_and_pressed_again(slow_se
     app = create_app(slow_settings)
     ctx: AppContext = app.state.ctx
     with Session(ctx.engine, expire_on_commit=False) as s:
-        from labserver.services.events import create_event
+        from labserver.services.joining.events import create_event
 
         create_event(s, title="Cancel", labs=[LAB], code=EVENT_CODE)
     with TestClient(app) as client:

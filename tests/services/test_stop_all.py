@@ -22,7 +22,7 @@ from labserver.live import Kind
 from labserver.models import Environment
 from labserver.services.env_admin import stop_all
 from labserver.services.environments import ensure_environment
-from labserver.services.events import create_event, join
+from labserver.services.joining.events import create_event, join
 from tests.conftest import INSTRUCTOR_TOKEN, REPO, instructor_headers
 
 

@@ -15,7 +15,7 @@ from labserver.app import create_app
 from labserver.backends.base import EnvSpec
 from labserver.backends.local import LocalBackend
 from labserver.config import DockerSettings, Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import INSTRUCTOR_TOKEN, REPO, instructor_headers
 
 

@@ -285,7 +285,7 @@
     }
     const loadStuckSoon = throttle(() => loadStuck().catch(() => {}), 10000);
 
-    // suspicious joins (services/join_watch.py): only the joins with a reason, each with Remove
+    // suspicious joins (services/joining/join_watch.py): only the joins with a reason, each with Remove
     async function loadJoins() {
       const list = (await api('GET', '/api/v1/events/' + eventId + '/joins')).filter((j) => j.reasons.length);
       $('#joins-count').textContent = list.length;
@@ -376,7 +376,7 @@
           (failed ? ' ' + fmt(S.not_stopped_n, { n: failed }) : '');
       } catch (e) { $('#environments-status').textContent = S.failed + ' ' + e.message; }
     });
-    // -- personal join codes (services/seats.py) ---------------------------------------------------
+    // -- personal join codes (services/joining/seats.py) ---------------------------------------------------
     const showSeats = (c) => { $('#seats-count').textContent = c.used + ' / ' + c.total; };
     $('#seats-form').addEventListener('submit', async (ev) => {
       ev.preventDefault();

@@ -18,7 +18,7 @@ from labserver.backends.docker.backend import DockerBackend
 from labserver.config import DockerSettings, Settings
 from labserver.models import Attendee
 from labserver.services.environments import spec_for
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[3]

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.config import DockerSettings, Settings
-from labserver.services.events import create_event
+from labserver.services.joining.events import create_event
 from tests.conftest import EVENT_CODE, INSTRUCTOR_TOKEN, REPO
 from tests.routes.test_restart_env import restart_really_restarts
 

@@ -8,7 +8,7 @@ then no longer admits anyone, and each personal code admits exactly one attendee
 - A code is ten letters and digits (``CODE_ALPHABET``: no 0/O, 1/I), shown as ``ABCDE-FGHJK``;
   dashes and spaces are ignored when typed. Only its SHA-256 is stored: the codes are shown once,
   to the instructor who made them.
-- :func:`labserver.services.events.join` takes a seat with one conditional ``UPDATE`` (``WHERE
+- :func:`labserver.services.joining.events.join` takes a seat with one conditional ``UPDATE`` (``WHERE
   attendee_id IS NULL``): thirty browsers joining with one code at once give one attendee, never two.
 - A removed attendee's seat stays used: the instructor hands out a new code.
 """
@@ -21,7 +21,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from labserver.models import Event, Seat
-from labserver.services.events import CODE_ALPHABET, SEAT_CODE_LENGTH, seat_hash
+from labserver.services.joining.events import CODE_ALPHABET, SEAT_CODE_LENGTH, seat_hash
 
 MAX_SEATS_PER_CALL = 1000
 

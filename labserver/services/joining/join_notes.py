@@ -1,6 +1,6 @@
 """What the server saw at each join, in memory only: the browser's user agent and an address key (an
 HMAC of the client address under the server's secret key, 12 hex digits), never the address. Held
-by the app's context; read by :mod:`labserver.services.join_watch` (the instructor's join list)."""
+by the app's context; read by :mod:`labserver.services.joining.join_watch` (the instructor's join list)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What instructors do to events: create, edit, open/close joining, archive, list with head counts,
-and broadcast announcements. Creation goes through :func:`labserver.services.events.create_event`."""
+and broadcast announcements. Creation goes through :func:`labserver.services.joining.events.create_event`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from labserver.live import Kind
 from labserver.models import Announcement, Attendee, Event, EventStatus
 from labserver.schemas import AnnouncementPublic, EventPublic
 from labserver.services.context import AppContext
-from labserver.services.events import create_event, normalize_code
+from labserver.services.joining.events import create_event, normalize_code
 from labserver.services.warming import warm_soon
 
 BACKENDS = ("", "local", "docker", "kubernetes")
@@ -128,7 +128,7 @@ def update(ctx: AppContext, session: Session, event: Event, **fields: Any) -> Ev
     event.ends_at = merged["ends_at"]
     if "image" in fields and fields["image"] is not None:
         event.image = str(fields["image"]).strip()
-    if fields.get("seats_only") is not None:  # personal codes only (services/seats.py)
+    if fields.get("seats_only") is not None:  # personal codes only (services/joining/seats.py)
         event.seats_only = bool(fields["seats_only"])
     if fields.get("record_input") is not None:
         event.record_input = bool(fields["record_input"])

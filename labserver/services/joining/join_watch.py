@@ -1,7 +1,7 @@
 """Who joined, and from where: the instructor's view of suspicious joins, and removing an attendee
 (issue 13 item 6, starvation by cheap identities).
 
-At join the server notes (:mod:`labserver.services.join_notes`), in memory only, the browser's user agent and an **address key**: an HMAC
+At join the server notes (:mod:`labserver.services.joining.join_notes`), in memory only, the browser's user agent and an **address key**: an HMAC
 of the client address under the server's secret key, cut to 12 hex digits. The key tells joins from
 the same address apart without storing or showing the address. A restart forgets both (the list
 then says "unknown"). :func:`joins` lists every attendee of an event with the join time, that user

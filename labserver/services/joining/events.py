@@ -1,5 +1,5 @@
 """Events and attendees: the default event, joining (with the event code, or a personal code:
-:mod:`labserver.services.seats`), tokens."""
+:mod:`labserver.services.joining.seats`), tokens."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from labserver.observability import logging_json
 log = logging.getLogger(__name__)
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
-SEAT_CODE_LENGTH = 10  # a personal code (services/seats.py); event codes are shorter
+SEAT_CODE_LENGTH = 10  # a personal code (services/joining/seats.py); event codes are shorter
 
 
 class JoinError(Exception):
