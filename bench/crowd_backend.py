@@ -50,8 +50,8 @@ from labserver.backends.docker.scheduler import Running, Usage, has_room
 from labserver.backends.local import EnvRecord, LocalBackend
 from labserver.config import Settings
 from labserver.content.loader import LabCatalog
-from labserver.services import env_spec
 from labserver.services.joining.events import ensure_default_event
+from labserver.services.provisioning import env_spec
 
 ENV_ID = re.compile(r"ev\d+-at(\d+)$")
 

@@ -31,14 +31,14 @@ from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
 from labserver.routes import api, completion, instructor, pages, progress, recordings, share, terminal
 from labserver.routes import metrics as metrics_route
-from labserver.services import workspace_full
-from labserver.services.admission import Admission, default_limit
 from labserver.services.context import AppContext
-from labserver.services.environments import reconcile
 from labserver.services.fair_queue import CheckQueue
-from labserver.services.lifecycle import housekeeping
+from labserver.services.provisioning import workspace_full
+from labserver.services.provisioning.admission import Admission, default_limit
+from labserver.services.provisioning.environments import reconcile
+from labserver.services.provisioning.lifecycle import housekeeping
+from labserver.services.provisioning.warming import start_warming
 from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders, retry_orphaned_runs
-from labserver.services.warming import start_warming
 from labserver.terminals.recorder import RecordingStore
 from labserver.terminals.sessions import TerminalHub
 

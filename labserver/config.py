@@ -67,7 +67,7 @@ class DockerSettings(BaseModel):
     nodes_file: Path | None = None
     image: str = "labserver/cpu-emu"
     # limits of every attendee container; None = the largest `requires` of the event's labs
-    # (labserver/services/env_spec.py has the rules)
+    # (labserver/services/provisioning/env_spec.py has the rules)
     cpus: float | None = Field(default=None, gt=0, le=256)
     memory_mb: int | None = Field(default=None, ge=128)
     pids: int = 256

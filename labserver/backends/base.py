@@ -10,7 +10,7 @@ Optional abilities are small capability protocols checked with ``isinstance``: :
 Lifecycle
 ---------
 An environment's state (:class:`EnvState`) is stored on its database row by
-:func:`labserver.services.environments.set_state`, which refuses any change :data:`TRANSITIONS`
+:func:`labserver.services.provisioning.environments.set_state`, which refuses any change :data:`TRANSITIONS`
 does not allow (:func:`check_transition` raises :class:`TransitionRefused`)::
 
     pending -> provisioning -> ready -> (resetting) -> stopped | failed

@@ -28,7 +28,7 @@ def rehearse_command(
     """Pre-flight an event: create K environments, run each lab's solution checks in them, report
     start and check times per lab, and clean up."""
     from labserver.app import build_context
-    from labserver.services.environments import event_labs, spec_for
+    from labserver.services.provisioning.environments import event_labs, spec_for
 
     settings = Settings()
     ctx = build_context(settings)

@@ -7,7 +7,7 @@ The ids travel in a :class:`LogContext` held by a context variable:
   ``request_id`` (the client's ``X-Request-ID`` when it is a short token, else a fresh one; sent
   back in the response's ``X-Request-ID``);
 - code that learns more calls :func:`bind` in one line: the attendee (``routes/deps.py`` on every
-  authenticated request, ``services/joining/events.join``), the environment (``services/environments``).
+  authenticated request, ``services/joining/events.join``), the environment (``services/provisioning/environments``).
 
 The context is a *mutable object* shared by reference: FastAPI runs sync dependencies in worker
 threads with a copy of the context, and a background task (an environment start begun at join)

@@ -11,7 +11,7 @@ Kept in this process as they happen:
   growing tail means something holds connections across slow work, or the pool is too small.
 - ``labserver_db_pool_timeouts_total``: checkouts that gave up after ``LABSERVER_DB__POOL_TIMEOUT_S``.
 - ``labserver_env_start_seconds`` (histogram, ``phase`` = queue | create): time environments spent
-  waiting for admission, and being created/started by the engine (services/admission.py).
+  waiting for admission, and being created/started by the engine (services/provisioning/admission.py).
 - ``labserver_env_provision_seconds`` (histogram; ``backend``, ``outcome`` = ready | failed): from
   "provisioning" to ready or failed, what the attendee waited (queue included).
 - ``labserver_env_provision_failures_total`` (``reason``): failed starts by the backend's reason label.

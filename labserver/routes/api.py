@@ -51,9 +51,10 @@ from labserver.schemas import (
     UnavailableLab,
     media,
 )
-from labserver.services import checking, environments, files, help, pacing, progress
+from labserver.services import checking, help, pacing, progress
 from labserver.services.joining import event_admin
 from labserver.services.joining.events import JoinError, join
+from labserver.services.provisioning import environments, files
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 
@@ -283,7 +284,7 @@ async def api_write_file(
     if_match = request.headers.get("if-match", "")
 
     async def save(ref: EnvRef) -> str | None:
-        """None when saved, else the ETag of the newer file on disk (services/files.py)."""
+        """None when saved, else the ETag of the newer file on disk (services/provisioning/files.py)."""
         try:
             await files.save(ctx, ref, target, data, if_match=if_match)
         except files.Conflict as conflict:

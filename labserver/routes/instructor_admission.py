@@ -1,5 +1,5 @@
 """Instructor routes for a room joining at once: the admission limit (environment starts at once,
-read and changed at run time; services/admission.py). ``/metrics`` is in routes/metrics.py."""
+read and changed at run time; services/provisioning/admission.py). ``/metrics`` is in routes/metrics.py."""
 
 from __future__ import annotations
 

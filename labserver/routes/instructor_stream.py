@@ -30,8 +30,8 @@ from typing import Any
 from labserver.live import Kind, LiveEvent, Subscription
 from labserver.models import Event
 from labserver.services.context import AppContext
-from labserver.services.environments import event_labs
 from labserver.services.grid_deltas import CELL_KINDS, read_cell
+from labserver.services.provisioning.environments import event_labs
 
 PASS_THROUGH = {
     Kind.announcement,

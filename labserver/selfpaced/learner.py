@@ -26,8 +26,8 @@ from labserver.backends.local import MARKER
 from labserver.checks.verdict import Verdict
 from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, Event
-from labserver.services.environments import env_id_for
 from labserver.services.joining.events import create_event, hash_token
+from labserver.services.provisioning.environments import env_id_for
 
 STATE_FILE = "selfpaced.json"
 EVENT_TITLE = "Self-paced labs"

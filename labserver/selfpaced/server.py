@@ -45,7 +45,7 @@ from labserver.config import Settings
 from labserver.models import Attendee, CheckStatus, Event
 from labserver.routes.deps import ATTENDEE_COOKIE
 from labserver.selfpaced.learner import Learner, ensure_learner, write_private
-from labserver.services.environments import ensure_environment
+from labserver.services.provisioning.environments import ensure_environment
 
 SERVER_FILE = "selfpaced-server.json"
 DEFAULT_PORT = 8765

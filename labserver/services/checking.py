@@ -1,6 +1,6 @@
 """The Check button: run a step's checker against the attendee's environment, commit the result,
 then publish it (the press and the result are marked in the terminal's recording too). The request comes from :func:`labserver.checks.request.check_request`; the
-environment row is trusted (:func:`~labserver.services.environments.with_environment`), so a check
+environment row is trusted (:func:`~labserver.services.provisioning.environments.with_environment`), so a check
 costs one status poll (the backend's own, before it runs the checker), not two.
 
 A check the platform could not run (:mod:`labserver.services.not_gradable`) is committed and
@@ -29,9 +29,10 @@ from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
 from labserver.observability import metrics
-from labserver.services import check_files, grid_deltas, not_gradable, recordings, workspace_full
+from labserver.services import check_files, grid_deltas, not_gradable, recordings
 from labserver.services.context import AppContext
-from labserver.services.environments import with_environment
+from labserver.services.provisioning import workspace_full
+from labserver.services.provisioning.environments import with_environment
 
 log = logging.getLogger(__name__)
 

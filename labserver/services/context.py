@@ -12,9 +12,9 @@ from labserver.backends.base import Backend
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
-from labserver.services.admission import Admission
 from labserver.services.fair_queue import CheckQueue
 from labserver.services.joining.join_notes import JoinWatch
+from labserver.services.provisioning.admission import Admission
 from labserver.terminals.sessions import TerminalHub
 from labserver.terminals.sharing import ShareBook
 
@@ -40,7 +40,7 @@ class AppContext:
     env_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     check_locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     file_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    #: the server's event loop once it runs (services/warming.py hands work to it from threads)
+    #: the server's event loop once it runs (services/provisioning/warming.py hands work to it from threads)
     loop: asyncio.AbstractEventLoop | None = None
     #: tasks started in the background (environment starts at join, warm pool fills), kept
     #: referenced until done so they are not collected
@@ -53,5 +53,5 @@ class AppContext:
         return self.check_locks.setdefault(attendee_id, asyncio.Lock())
 
     def file_lock(self, env_id: str) -> asyncio.Lock:
-        """Held while an editor save compares and writes (services/files.py)."""
+        """Held while an editor save compares and writes (services/provisioning/files.py)."""
         return self.file_locks.setdefault(env_id, asyncio.Lock())

@@ -54,7 +54,7 @@ from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.db import alembic_config
-from labserver.services import env_spec
+from labserver.services.provisioning import env_spec
 
 #: below this much free space in DATA_DIR the server would soon fail (checks, saves, the database)
 MIN_FREE_MB = 256

@@ -26,7 +26,7 @@ from labserver.live import Kind
 from labserver.models import HelpRequest, HelpState
 from labserver.services import recordings
 from labserver.services.context import AppContext
-from labserver.services.environments import env_id_for
+from labserver.services.provisioning.environments import env_id_for
 from labserver.terminals.sharing import Share, ShareState
 
 TYPING_EVERY_S = 1.0

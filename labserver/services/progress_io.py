@@ -70,9 +70,9 @@ from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, CheckStatus, Even
 from labserver.services import progress_signing
 from labserver.services.checking import publish_finished
 from labserver.services.context import AppContext
-from labserver.services.environments import ensure_environment, event_labs
 from labserver.services.pacing import is_locked
 from labserver.services.progress import lab_progress
+from labserver.services.provisioning.environments import ensure_environment, event_labs
 
 FORMAT: Literal["labserver-progress"] = "labserver-progress"
 SCHEMA_VERSION = 2

@@ -13,7 +13,7 @@ What a page shows is exact when told and at most one band too high until the nex
 moving forward: the number only ever goes down, in steps of about a fifth).
 
 Used by the fair check queue (``check.queued``, :mod:`labserver.services.fair_queue`) and by the
-admission of environment starts (``env.queue``, :mod:`labserver.services.admission`)."""
+admission of environment starts (``env.queue``, :mod:`labserver.services.provisioning.admission`)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from labserver.models import Attendee
 from labserver.services.context import AppContext
-from labserver.services.environments import env_id_for
+from labserver.services.provisioning.environments import env_id_for
 from labserver.terminals.recorder import RecordingFile, RecordingStore
 
 #: asciicast's media type (what the player and a download receive)

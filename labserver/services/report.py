@@ -58,7 +58,7 @@ from labserver.schemas import (
     TimelineEntry,
 )
 from labserver.services.context import AppContext
-from labserver.services.environments import event_labs
+from labserver.services.provisioning.environments import event_labs
 
 NOT_GRADABLE = "not_gradable"
 FAILED = ("failed",)

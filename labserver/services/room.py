@@ -29,8 +29,8 @@ from labserver.content import Lab
 from labserver.live import Kind
 from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, Environment, Event, StepStart
 from labserver.services.context import AppContext
-from labserver.services.environments import event_labs
 from labserver.services.pacing import unlocked_steps
+from labserver.services.provisioning.environments import event_labs
 from labserver.services.stuck import StepKey, StepSummary, StuckFlag, detect_stuck_steps
 
 #: status -> one-letter code used in the payload (not started cells are absent)

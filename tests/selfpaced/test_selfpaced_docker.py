@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from labserver.backends.docker import images
 from labserver.config import DockerSettings
 from labserver.selfpaced.server import create_selfpaced_app
-from labserver.services import environments
+from labserver.services.provisioning import environments
 from tests.backends.docker.conftest import engine_or_fail
 from tests.selfpaced.conftest import HELLO, fail_find_device, make_settings, pass_write_file
 

@@ -1,4 +1,4 @@
-"""The idle-culling policy (``labserver.services.culling.select_idle``): a pure function of the clock.
+"""The idle-culling policy (``labserver.services.provisioning.culling.select_idle``): a pure function of the clock.
 The culler acting on a backend is tested in ``tests/services/test_lifecycle.py`` (the housekeeping
 round on a recording local backend) and ``tests/backends/docker/test_warmpool.py`` (real containers)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from labserver.services.culling import IdlePolicy, select_idle
+from labserver.services.provisioning.culling import IdlePolicy, select_idle
 
 T0 = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
 

@@ -1,4 +1,4 @@
-"""Which image and limits an environment gets (``services/env_spec.py``): the pure rules, and
+"""Which image and limits an environment gets (``services/provisioning/env_spec.py``): the pure rules, and
 ``spec_for`` with the real catalog. The real container is checked in
 ``tests/backends/docker/test_limits_image.py``."""
 
@@ -15,9 +15,9 @@ from labserver.config import DockerSettings, Settings
 from labserver.content import Lab
 from labserver.content.schema import LabSpec
 from labserver.models import Attendee
-from labserver.services.env_spec import image_conflicts, image_for, limits_for
-from labserver.services.environments import spec_for
 from labserver.services.joining.events import create_event
+from labserver.services.provisioning.env_spec import image_conflicts, image_for, limits_for
+from labserver.services.provisioning.environments import spec_for
 
 DEFAULT = "labserver/cpu-emu:abc123"
 

@@ -15,8 +15,8 @@ from labserver.backends.base import EnvRef, EnvState, EnvStatus, TransitionRefus
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.models import Environment
-from labserver.services.environments import ensure_environment, set_state, with_environment
 from labserver.services.joining.events import create_event, join
+from labserver.services.provisioning.environments import ensure_environment, set_state, with_environment
 
 
 class CountingLocal(LocalBackend):

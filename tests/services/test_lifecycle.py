@@ -14,10 +14,10 @@ from labserver.backends.base import EnvRef
 from labserver.backends.local import LocalBackend
 from labserver.config import DockerSettings, Settings
 from labserver.models import Environment
-from labserver.services.culling import cull_idle
-from labserver.services.environments import ensure_environment
 from labserver.services.joining.events import create_event, join
-from labserver.services.lifecycle import warm_open_events
+from labserver.services.provisioning.culling import cull_idle
+from labserver.services.provisioning.environments import ensure_environment
+from labserver.services.provisioning.lifecycle import warm_open_events
 
 
 class RecordingLocal(LocalBackend):

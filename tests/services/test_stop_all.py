@@ -20,9 +20,9 @@ from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.live import Kind
 from labserver.models import Environment
-from labserver.services.env_admin import stop_all
-from labserver.services.environments import ensure_environment
 from labserver.services.joining.events import create_event, join
+from labserver.services.provisioning.env_admin import stop_all
+from labserver.services.provisioning.environments import ensure_environment
 from tests.conftest import INSTRUCTOR_TOKEN, REPO, instructor_headers
 
 

@@ -1,4 +1,4 @@
-"""Warm pools follow the events (``services/warming.py``): filled at server start for open events,
+"""Warm pools follow the events (``services/provisioning/warming.py``): filled at server start for open events,
 when an event opens or its pool size changes, emptied when it closes. The backend is a subclass of
 the real local backend that records ``prepare_event`` calls (the local backend keeps no pool)."""
 

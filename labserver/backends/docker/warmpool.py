@@ -18,7 +18,7 @@ Warm containers are made by the same path as an attendee's (:meth:`Engines.provi
 concurrent create. The pool uses only the public API of :class:`~.engines.Engines` and knows
 nothing of ``DockerBackend``.
 
-Idle culling is not here: it is backend-neutral (:mod:`labserver.services.culling`).
+Idle culling is not here: it is backend-neutral (:mod:`labserver.services.provisioning.culling`).
 """
 
 from __future__ import annotations

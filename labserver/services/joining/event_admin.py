@@ -14,7 +14,7 @@ from labserver.models import Announcement, Attendee, Event, EventStatus
 from labserver.schemas import AnnouncementPublic, EventPublic
 from labserver.services.context import AppContext
 from labserver.services.joining.events import create_event, normalize_code
-from labserver.services.warming import warm_soon
+from labserver.services.provisioning.warming import warm_soon
 
 BACKENDS = ("", "local", "docker", "kubernetes")
 MAX_WARM_POOL = 500

@@ -36,7 +36,7 @@ from labserver.models import (
 )
 from labserver.services import recordings
 from labserver.services.context import AppContext
-from labserver.services.environments import env_id_for, ref_of
+from labserver.services.provisioning.environments import env_id_for, ref_of
 
 SAME_ADDRESS = 3
 SCRIPTED = (

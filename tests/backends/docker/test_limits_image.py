@@ -1,5 +1,5 @@
 """A lab's ``image:`` and the server's CPU / memory settings reach a real container (``docker
-inspect``): ``spec_for`` (``services/env_spec.py`` rules) -> ``DockerBackend.create``."""
+inspect``): ``spec_for`` (``services/provisioning/env_spec.py`` rules) -> ``DockerBackend.create``."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from labserver.app import create_app
 from labserver.backends.docker.backend import DockerBackend
 from labserver.config import DockerSettings, Settings
 from labserver.models import Attendee
-from labserver.services.environments import spec_for
 from labserver.services.joining.events import create_event
+from labserver.services.provisioning.environments import spec_for
 
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[3]

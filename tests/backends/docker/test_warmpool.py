@@ -16,7 +16,7 @@ from labserver import clock
 from labserver.backends.base import EnvState
 from labserver.backends.docker.backend import DockerBackend
 from labserver.clock import TestClock
-from labserver.services.culling import IdlePolicy, cull
+from labserver.services.provisioning.culling import IdlePolicy, cull
 
 T0 = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
 

@@ -21,7 +21,7 @@ from sqlmodel import Session, select
 from labserver.backends.base import EnvSpec, WarmPooled
 from labserver.models import Attendee, Event, EventStatus
 from labserver.services.context import AppContext
-from labserver.services.environments import spec_for
+from labserver.services.provisioning.environments import spec_for
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """What an instructor does to one attendee's environment: restart, recreate, reveal a step's solution.
-(Reset of a lab folder is :func:`labserver.services.environments.reset_lab`.)
+(Reset of a lab folder is :func:`labserver.services.provisioning.environments.reset_lab`.)
 
 - **restart** closes the attendee's shells, stops the environment where the backend can
   (:class:`~labserver.backends.base.Stoppable`: Docker stops the container, so every process the
@@ -30,7 +30,7 @@ from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
 from labserver.services import recordings
 from labserver.services.context import AppContext
-from labserver.services.environments import ensure_environment, get_row, ref_of, set_state
+from labserver.services.provisioning.environments import ensure_environment, get_row, ref_of, set_state
 
 REVEAL_DIR = ".solution"
 log = logging.getLogger(__name__)

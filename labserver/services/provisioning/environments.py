@@ -34,9 +34,9 @@ from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
 from labserver.observability import logging_json, metrics
-from labserver.services import env_spec
-from labserver.services.admission import CAPACITY_REASONS
 from labserver.services.context import AppContext
+from labserver.services.provisioning import env_spec
+from labserver.services.provisioning.admission import CAPACITY_REASONS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -247,7 +247,7 @@ def _store(
 
 
 async def admitted_create(ctx: AppContext, spec: EnvSpec) -> EnvRef:
-    """``backend.create(spec)`` once admitted (services/admission.py): queued starts are told their
+    """``backend.create(spec)`` once admitted (services/provisioning/admission.py): queued starts are told their
     place (``env.queue``); a backend with no room now (``capacity``/``no-room``) keeps the start
     queued at the head and retries when room frees or after ``admission.retry_s``. Holds no session."""
 

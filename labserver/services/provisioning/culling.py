@@ -6,7 +6,7 @@ One policy, one act, one round:
 - :func:`select_idle` is the policy: pure, its inputs are timestamps and the time comes from the
   one clock (``labserver.clock``), so it is tested by moving a :class:`~labserver.clock.TestClock`;
 - :func:`cull` applies it to a set of environments of a backend and stops what it selects;
-- :func:`cull_idle` is one round of the housekeeping loop (:func:`labserver.services.lifecycle.housekeeping`):
+- :func:`cull_idle` is one round of the housekeeping loop (:func:`labserver.services.provisioning.lifecycle.housekeeping`):
   activity from the database (the attendee's last request or check), environments an instructor or
   the attendee is watching in a terminal kept, each stopped environment stored ``stopped``
   (reason ``idle``) and published.
@@ -26,7 +26,7 @@ from labserver.backends.base import EnvRef, EnvState, Stoppable
 from labserver.db import release
 from labserver.models import Attendee, CheckRun, Environment
 from labserver.services.context import AppContext
-from labserver.services.environments import set_state
+from labserver.services.provisioning.environments import set_state
 
 log = logging.getLogger(__name__)
 
