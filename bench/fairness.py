@@ -11,7 +11,7 @@ Check on ``find-device`` (a quick checker) ``--checks`` times, one after another
 median and p95 of that latency (request sent -> result received).
 
 It runs twice: ``LABSERVER_CHECKS__FAIR_QUEUE=false`` (the plain semaphore, exactly what main's
-``services/checking.py`` did: ``async with ctx.check_slots``) and ``true`` (services/fair_queue.py),
+``services/grading/checking.py`` did: ``async with ctx.check_slots``) and ``true`` (services/grading/fair_queue.py),
 with ``LABSERVER_CHECKS__FAIR_BUDGET_S=--budget`` so the flooders exhaust their budget during the
 warm-up. With the default 60 s budget the same happens after 60 s of slot time per flooder.
 """

@@ -32,7 +32,7 @@ from labserver.live import LiveHub
 from labserver.routes import api, completion, instructor, pages, progress, recordings, share, terminal
 from labserver.routes import metrics as metrics_route
 from labserver.services.context import AppContext
-from labserver.services.fair_queue import CheckQueue
+from labserver.services.grading.fair_queue import CheckQueue
 from labserver.services.provisioning import workspace_full
 from labserver.services.provisioning.admission import Admission, default_limit
 from labserver.services.provisioning.environments import reconcile

@@ -33,7 +33,7 @@ class CheckSettings(BaseModel):
     fair_queue: bool = True  # false: a plain semaphore (the old behaviour; bench/fairness.py compares)
     fair_budget_s: float = 60.0  # slot seconds per attendee per window before they are "over budget"
     fair_window_s: float = 600.0
-    fair_reserve: int = 1  # slots over-budget attendees can never take (services/fair_queue.py)
+    fair_reserve: int = 1  # slots over-budget attendees can never take (services/grading/fair_queue.py)
     # a running check that used under idle_cpu_s CPU-s in idle_after_s s lends its slot (0: never)
     idle_after_s: float = 5.0
     idle_cpu_s: float = 0.1

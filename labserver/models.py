@@ -96,7 +96,9 @@ class CheckStatus(enum.StrEnum):
     timeout = "timeout"
     interrupted = "interrupted"  # the server restarted mid-check: not an attempt (services/recovery.py)
     imported = "imported"  # from a progress file this server cannot vouch for (services/progress_io.py)
-    not_gradable = "not_gradable"  # the platform could not run it: not an attempt (services/not_gradable.py)
+    not_gradable = (
+        "not_gradable"  # the platform could not run it: not an attempt (services/grading/not_gradable.py)
+    )
 
 
 #: runs that are no attempt: not counted in the grid, the export or the stuck detector
@@ -199,7 +201,7 @@ class HintOpen(SQLModel, table=True):
 
 
 class CheckFiles(SQLModel, table=True):
-    """Digests of the lab folder a passing check judged (services/check_files.py): ``files`` is a
+    """Digests of the lab folder a passing check judged (services/grading/check_files.py): ``files`` is a
     list of ``{"path", "size", "sha256"}`` (``sha256`` null for a file too big to hash)."""
 
     __tablename__ = "check_files"

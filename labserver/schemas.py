@@ -608,7 +608,7 @@ class CompletionKeyPublic(_Out):
 class CompletionFile(_Out):
     path: str  # relative to the lab folder
     size: int
-    sha256: str | None  # null: too big to hash (services/check_files.py)
+    sha256: str | None  # null: too big to hash (services/grading/check_files.py)
 
 
 class CompletionStep(_Out):

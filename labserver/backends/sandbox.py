@@ -355,7 +355,7 @@ def works(argv: Sequence[str], *, cwd: str = "/") -> str:
 class CheckerCannotStart(BackendError):
     """The environment's uid cannot start the checkers' Python (a root server without bubblewrap
     whose Python lives under a 0700 folder such as ``/root/.pyenv``): the server's setup, not the
-    attendee's work (services/not_gradable.py, ``checker-start``). ``log`` says what stops it."""
+    attendee's work (services/grading/not_gradable.py, ``checker-start``). ``log`` says what stops it."""
 
     def __init__(self, log: str) -> None:
         message = "This server cannot start checkers: its Python is out of reach of your environment's user."

@@ -1,5 +1,5 @@
 """The one builder of a check request: which checker runs, for how long, and the ``LAB_*`` variables
-it sees (DESIGN: the checker protocol). The Check button (:mod:`labserver.services.checking`),
+it sees (DESIGN: the checker protocol). The Check button (:mod:`labserver.services.grading.checking`),
 ``labserver check`` (:mod:`labserver.cli.check`) and ``labserver selftest``
 (:mod:`labserver.checks.selftest`) all build their request here, so a checker sees the same
 variables wherever it runs.

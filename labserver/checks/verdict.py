@@ -27,7 +27,7 @@ bool or not a number
 
 A timeout is the platform's, not the attendee's, when its processes waited for a CPU rather than
 ran (:func:`labserver.checks.timeouts.blame`, from what the backend measured): then the status is
-``not_gradable`` and the caller words the message (:mod:`labserver.services.not_gradable`).
+``not_gradable`` and the caller words the message (:mod:`labserver.services.grading.not_gradable`).
 
 A check result is committed to the database before it is returned or published."""
 
@@ -137,7 +137,7 @@ def _clean_verdict(
     return passed, message[:10_000], [str(h)[:2000] for h in hints][:20], clean_metrics, tables, ""
 
 
-#: the ``BackendError``-style reason label of a timeout the machine caused (services/not_gradable.py)
+#: the ``BackendError``-style reason label of a timeout the machine caused (services/grading/not_gradable.py)
 LOAD = "load"
 
 

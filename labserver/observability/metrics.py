@@ -121,7 +121,7 @@ _check_wait: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 
 def note_check_wait(seconds: float) -> None:
-    """The check in this task waited ``seconds`` for its slot (``services/fair_queue.py``)."""
+    """The check in this task waited ``seconds`` for its slot (``services/grading/fair_queue.py``)."""
     _check_wait.set(max(0.0, seconds))
 
 

@@ -51,7 +51,8 @@ from labserver.schemas import (
     UnavailableLab,
     media,
 )
-from labserver.services import checking, help, pacing, progress
+from labserver.services import help, pacing, progress
+from labserver.services.grading import checking
 from labserver.services.joining import event_admin
 from labserver.services.joining.events import JoinError, join
 from labserver.services.provisioning import environments, files

@@ -43,9 +43,10 @@ from labserver.schemas import (
     json_file,
     media,
 )
-from labserver.services import checking, help, room
+from labserver.services import help, room
 from labserver.services.completion_chart import chart_svg
 from labserver.services.context import AppContext
+from labserver.services.grading import checking
 from labserver.services.help import HelpError
 from labserver.services.joining import event_admin, seats
 from labserver.services.joining.event_admin import MAX_CAPACITY, EventError

@@ -24,7 +24,7 @@ Mechanism.
   :class:`CompletionRefused`) unless every step of the lab has a ``passed`` check run of this
   attendee in this event's database. An ``imported`` step (from a progress file) is not a pass.
   The record carries, per step, the first passing run's id and time, the finished checks before
-  it, and the digests of the lab folder that run judged (:mod:`labserver.services.check_files`).
+  it, and the digests of the lab folder that run judged (:mod:`labserver.services.grading.check_files`).
 - :func:`verify` is pure: the format, the signature over the canonical bytes, the signer among the
   keys the verifier trusts, and the shape of every step (each one passed). A record edited after
   signing, signed by another key, or with a step not passed fails.

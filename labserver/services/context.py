@@ -12,7 +12,7 @@ from labserver.backends.base import Backend
 from labserver.config import Settings
 from labserver.content import LabCatalog
 from labserver.live import LiveHub
-from labserver.services.fair_queue import CheckQueue
+from labserver.services.grading.fair_queue import CheckQueue
 from labserver.services.joining.join_notes import JoinWatch
 from labserver.services.provisioning.admission import Admission
 from labserver.terminals.sessions import TerminalHub

@@ -1,7 +1,7 @@
 """The instructor grid's delta for one live event: the cell it changed, read from the database.
 
 A ``check.finished`` or ``step.opened`` event changes one cell of the grid (status, attempts,
-times), read from the database. Where the change is committed (:func:`labserver.services.checking`
+times), read from the database. Where the change is committed (:func:`labserver.services.grading.checking`
 storing a run's verdict, :func:`labserver.services.progress.open_step`), the same worker thread and
 session read the cell right after the commit (:func:`cell_after_commit`) and the event carries it
 (``grid``), when a dashboard of the event is open: the instructor streams then only encode it,

@@ -68,8 +68,8 @@ from labserver.content import Lab
 from labserver.edge import safe_json
 from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, CheckStatus, Event
 from labserver.services import progress_signing
-from labserver.services.checking import publish_finished
 from labserver.services.context import AppContext
+from labserver.services.grading.checking import publish_finished
 from labserver.services.pacing import is_locked
 from labserver.services.progress import lab_progress
 from labserver.services.provisioning.environments import ensure_environment, event_labs

@@ -4,14 +4,14 @@
   its result is committed; a server killed in between leaves it ``running`` forever (the attendee's
   page waits, the grid shows a check in progress). At start, before anything else can start a check,
   every ``running`` row is finished as ``not_gradable`` (the platform's fault:
-  services/not_gradable.py) with a message saying it does not count and is retried; once the
+  services/grading/not_gradable.py) with a message saying it does not count and is retried; once the
   environments are re-adopted, each such check is pressed again for the attendee, once
   (:func:`retry_orphaned_runs`, all at once through the check queue). ``not_gradable`` (and
   ``interrupted``, what older servers wrote) costs the attendee nothing: it is not an attempt
   (``models.NOT_ATTEMPTS``), not a failure, and does not feed the stuck detector.
 - **Runs orphaned while this server runs.** The rule behind the start's sweep holds all the time:
   a run is ``running`` only while a task of this server runs it (``AppContext.checks_in_flight``,
-  kept by services/checking.py; one server per database, as every deployment runs). A row that
+  kept by services/grading/checking.py; one server per database, as every deployment runs). A row that
   breaks it (a check task cancelled before its commit, a commit of a dying server's that landed
   after the start's sweep) is finished and pressed again the same way by :func:`sweep_orphaned_runs`,
   from the housekeeping loop: :func:`orphans` decides, clock-free, on two sweeps in a row (a row
@@ -41,8 +41,8 @@ from labserver import clock
 from labserver.backends.base import Backend
 from labserver.db import in_thread, release
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
-from labserver.services import checking, not_gradable
 from labserver.services.context import AppContext
+from labserver.services.grading import checking, not_gradable
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def finish_orphaned_runs(session: Session, only: Collection[int] | None = None) 
 def orphans(running: Set[int], in_flight: Set[int], unowned_before: Set[int]) -> tuple[set[int], set[int]]:
     """Which ``running`` rows no task of this server will finish: ``(close, unowned)``. A row not in
     flight is *unowned*; it is closed when it was unowned at the previous sweep too, so a row seen
-    between its commit and its task's registration (services/checking.py) is never taken, and no
+    between its commit and its task's registration (services/grading/checking.py) is never taken, and no
     clock is needed. ``unowned`` is what the next sweep gets as ``unowned_before``."""
     unowned = set(running) - set(in_flight)
     close = unowned & set(unowned_before)

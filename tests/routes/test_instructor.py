@@ -170,7 +170,7 @@ def test_the_stream_sends_a_cell_delta_for_a_finished_check(
         sub = ctx.live.subscribe(event.id)
         gen = instructor_stream(ctx, event, sub)
         got.append(await anext(gen))  # ready
-        # what the check route publishes after committing a run (see services/checking.py)
+        # what the check route publishes after committing a run (see services/grading/checking.py)
         from labserver import clock
         from labserver.models import Attendee, CheckRun
 

@@ -20,9 +20,10 @@ from labserver import clock
 from labserver.live import Kind, Subscription
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
-from labserver.services import checking, grid_deltas
+from labserver.services import grid_deltas
+from labserver.services.grading import checking
+from labserver.services.grading.queue_places import bands_up_to
 from labserver.services.joining.events import join
-from labserver.services.queue_places import bands_up_to
 from tests.conftest import EVENT_CODE
 
 LAB, STEP = "getting-started", "write-file"
@@ -162,7 +163,7 @@ def test_a_result_with_300_waiting_is_read_once_where_committed_and_encoded_once
         await _render(app, event, subs, grids)
         before, queries_before = _counts(app), len(queries)
         grid = None
-        if carried:  # as services/checking stores a verdict: the cell read after the commit
+        if carried:  # as services/grading/checking stores a verdict: the cell read after the commit
             with Session(ctx.engine, expire_on_commit=False) as session:
                 grid = grid_deltas.cell_after_commit(
                     ctx, session, event, attendee_id=ada.id or 0, lab=LAB, step=STEP, run=run

@@ -80,7 +80,7 @@ def test_file_operations_trust_a_ready_row_and_recover_when_it_is_gone(tmp_path:
 
 
 def test_a_check_polls_the_engine_at_most_once(tmp_path: Path) -> None:
-    from labserver.services.checking import run_check
+    from labserver.services.grading.checking import run_check
 
     ctx = make(tmp_path)
     with Session(ctx.engine, expire_on_commit=False) as s:

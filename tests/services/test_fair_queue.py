@@ -1,4 +1,4 @@
-"""The rules of services/fair_queue.py ``pick()``/``order()``, one by one (pure: no clock, no I/O)."""
+"""The rules of services/grading/fair_queue.py ``pick()``/``order()``, one by one (pure: no clock, no I/O)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 from labserver.backends.base import CheckUsage
 from labserver.backends.meter import ProcessMeter
-from labserver.services.fair_queue import CheckQueue, Ticket, order, pick
-from labserver.services.queue_places import band, bands_up_to
+from labserver.services.grading.fair_queue import CheckQueue, Ticket, order, pick
+from labserver.services.grading.queue_places import band, bands_up_to
 
 
 def T(a: int, seq: int) -> Ticket:

@@ -1,6 +1,6 @@
 """A few hung checks never stall the room (issue 30): four attendees whose function sleeps hold the
 four check slots, and a fifth attendee's trivial check still gets its verdict first: the sleepers'
-checks use no CPU, so they lend their slots (services/fair_queue.py), and their step's recorded cost
+checks use no CPU, so they lend their slots (services/grading/fair_queue.py), and their step's recorded cost
 ends them at its wall budget, long before the step's ``timeout_s`` (checks/timeouts.py).
 
 Real checker processes through the local backend, real SQLite, the server's own ``run_check``;
@@ -22,7 +22,7 @@ from sqlmodel import Session, select
 from labserver.app import create_app
 from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
-from labserver.services import checking
+from labserver.services.grading import checking
 from labserver.services.joining.events import create_event
 from tests.conftest import INSTRUCTOR_TOKEN, join, settle
 

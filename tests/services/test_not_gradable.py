@@ -24,7 +24,8 @@ from labserver.backends.base import BackendError, CheckRaw, CheckRequest, Enviro
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
-from labserver.services import checking, room
+from labserver.services import room
+from labserver.services.grading import checking
 from labserver.services.joining.events import create_event
 from tests.conftest import EVENT_CODE, instructor_headers, join, settle
 
@@ -74,7 +75,7 @@ def _room(app: FastAPI, event_id: int) -> tuple[dict, list[dict], dict]:
 
 
 def test_the_table_of_platform_faults() -> None:
-    from labserver.services.not_gradable import PLATFORM_REASONS, is_platform_fault
+    from labserver.services.grading.not_gradable import PLATFORM_REASONS, is_platform_fault
 
     for reason in ("engine-down", "gone", "crashed", "grader-start", "restart", "sandbox"):
         assert is_platform_fault(BackendError("x", reason=reason)), reason
@@ -250,7 +251,7 @@ def test_finish_orphaned_runs_skips_what_is_not_running(app: FastAPI, event: Eve
 
 @pytest.mark.parametrize("lang, phrase", [("en", "Not your fault"), ("zh", "不是你的问题")])
 def test_the_message_in_both_languages(lang: str, phrase: str) -> None:
-    from labserver.services.not_gradable import message
+    from labserver.services.grading.not_gradable import message
 
     assert phrase in message(lang, "engine-down", retried=False)
     assert phrase in message(lang, "engine-down", retried=True) and "engine-down" in message(
@@ -260,7 +261,7 @@ def test_the_message_in_both_languages(lang: str, phrase: str) -> None:
 
 def test_a_timeout_the_machine_caused_says_so_in_both_languages() -> None:
     from labserver.checks.verdict import LOAD
-    from labserver.services.not_gradable import is_platform_fault, message
+    from labserver.services.grading.not_gradable import is_platform_fault, message
 
     assert is_platform_fault(BackendError("x", reason=LOAD))
     first, again = message("en", LOAD, retried=False), message("en", LOAD, retried=True)

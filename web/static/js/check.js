@@ -25,7 +25,7 @@ export class StepChecks {
       if (d.step === this.step && !this.busy) this.loadHistory(d.step, { showLatest: true });
     });
     window.addEventListener('live:check.queued', (e) => {
-      // the fair check queue (services/fair_queue.py): where my waiting check stands
+      // the fair check queue (services/grading/fair_queue.py): where my waiting check stands
       const d = e.detail;
       if (d.lab !== this.labId || !this.busy || d.step !== this.step) return;
       this.statusEl.textContent = t('check_queued', { position: d.position });

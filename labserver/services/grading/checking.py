@@ -3,7 +3,7 @@ then publish it (the press and the result are marked in the terminal's recording
 environment row is trusted (:func:`~labserver.services.provisioning.environments.with_environment`), so a check
 costs one status poll (the backend's own, before it runs the checker), not two.
 
-A check the platform could not run (:mod:`labserver.services.not_gradable`) is committed and
+A check the platform could not run (:mod:`labserver.services.grading.not_gradable`) is committed and
 published as ``not_gradable`` and pressed again at once, under the same lock: the attendee sees
 "not your fault, retried", then the retry's own result.
 
@@ -29,8 +29,9 @@ from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
 from labserver.observability import metrics
-from labserver.services import check_files, grid_deltas, not_gradable, recordings
+from labserver.services import grid_deltas, recordings
 from labserver.services.context import AppContext
+from labserver.services.grading import check_files, not_gradable
 from labserver.services.provisioning import workspace_full
 from labserver.services.provisioning.environments import with_environment
 
@@ -76,7 +77,7 @@ async def check_slot(
     step: str,
     meter: ProcessMeter | None = None,
 ) -> AsyncIterator[None]:
-    """A check slot from the fair queue (services/fair_queue.py); while waiting, the attendee's page
+    """A check slot from the fair queue (services/grading/fair_queue.py); while waiting, the attendee's page
     gets ``check.queued`` with the position (1 = next). ``meter`` reads what the check uses once
     it runs (a check that uses no CPU lends its slot)."""
     if ctx.check_queue is None:

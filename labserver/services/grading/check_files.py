@@ -9,7 +9,7 @@ A folder too big for an archive is listed and read file by file instead. The fol
 after the checker returned, with the same environment; a file the attendee saved in between would
 be hashed in its new state, so a digest never vouches for more than the server saw.
 No database session is held while the files are read; the caller
-(:func:`labserver.services.checking.run_check`) commits them as a ``CheckFiles`` row in the same
+(:func:`labserver.services.grading.checking.run_check`) commits them as a ``CheckFiles`` row in the same
 transaction as the run's verdict.
 """
 

@@ -12,7 +12,7 @@ band's edge are told: at most one per band, 23 bands up to 300, 28 up to 1,000.
 What a page shows is exact when told and at most one band too high until the next telling (a queue
 moving forward: the number only ever goes down, in steps of about a fifth).
 
-Used by the fair check queue (``check.queued``, :mod:`labserver.services.fair_queue`) and by the
+Used by the fair check queue (``check.queued``, :mod:`labserver.services.grading.fair_queue`) and by the
 admission of environment starts (``env.queue``, :mod:`labserver.services.provisioning.admission`)."""
 
 from __future__ import annotations
