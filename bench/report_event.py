@@ -3,8 +3,8 @@
     .venv/bin/python bench/report_event.py [--attendees 50] [--seed 7] [--out /tmp/report-bench]
 
 Everything goes through the real services and database (SQLite in a folder of its own): attendees
-join (``services/joining/events.join``), open steps (``services/progress.open_step``), open hints
-(``services/hints.open_hints``) and press Check (``services/grading/checking.run_check``, which commits the
+join (``services/joining/events.join``), open steps (``services/reporting/progress.open_step``), open hints
+(``services/reporting/hints.open_hints``) and press Check (``services/grading/checking.run_check``, which commits the
 run and, on a pass, the digests of the lab folder read through the local backend). The only stand-in
 is the checker itself: ``ScriptedChecks`` (a subclass of the real local backend) answers each check
 with the verdict the simulation drew, in the words of the lab's checkers, because 50 attendees x 5
@@ -44,9 +44,9 @@ from labserver.clock import TestClock
 from labserver.config import Settings
 from labserver.models import Attendee, Event
 from labserver.routes.report import standalone_html
-from labserver.services import completion, hints, progress, report
 from labserver.services.grading import checking
 from labserver.services.joining.events import create_event, join
+from labserver.services.reporting import completion, hints, progress, report
 
 REPO = Path(__file__).resolve().parent.parent
 LAB = "getting-started"

@@ -95,7 +95,9 @@ class CheckStatus(enum.StrEnum):
     error = "error"
     timeout = "timeout"
     interrupted = "interrupted"  # the server restarted mid-check: not an attempt (services/recovery.py)
-    imported = "imported"  # from a progress file this server cannot vouch for (services/progress_io.py)
+    imported = (
+        "imported"  # from a progress file this server cannot vouch for (services/reporting/progress_io.py)
+    )
     not_gradable = (
         "not_gradable"  # the platform could not run it: not an attempt (services/grading/not_gradable.py)
     )
@@ -188,7 +190,7 @@ class Node(SQLModel, table=True):
 
 
 class HintOpen(SQLModel, table=True):
-    """The first time an attendee opened a step's hints (services/hints.py; the post-event report)."""
+    """The first time an attendee opened a step's hints (services/reporting/hints.py; the post-event report)."""
 
     __tablename__ = "hint_opens"
     __table_args__ = (UniqueConstraint("attendee_id", "lab_id", "step_id"),)

@@ -514,7 +514,7 @@ class ImportReportPublic(_Out):
 
 
 # -- non-JSON answers, for OpenAPI ------------------------------------------------------------------
-# -- the post-event report (services/report.py) and completion records (services/completion.py) -----
+# -- the post-event report (services/reporting/report.py) and completion records (services/reporting/completion.py) -----
 class Stat(_Out):
     """Seconds (or counts): ``median`` (the middle value, mean of the two middle ones), ``p90``
     (nearest rank), ``max``, over ``n`` values; null when ``n`` is 0."""
@@ -527,7 +527,7 @@ class Stat(_Out):
 
 class MessageGroup(_Out):
     """Check messages that share one template (numbers and quoted names replaced, see
-    :func:`labserver.services.report.message_template`)."""
+    :func:`labserver.services.reporting.report.message_template`)."""
 
     template: str
     count: int  # runs
@@ -636,7 +636,7 @@ class CompletionSignature(_Out):
 
 
 class CompletionRecordPublic(_Out):
-    """A signed completion record (services/completion.py, docs/report.md)."""
+    """A signed completion record (services/reporting/completion.py, docs/report.md)."""
 
     format: str
     schema_version: int

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from labserver.cli.main import app as cli
 from labserver.config import Settings
 from labserver.models import Event
-from labserver.services import completion
+from labserver.services.reporting import completion
 from tests.conftest import instructor_headers, join
 from tests.routes.test_completion import STEPS, _me, _pass
 

@@ -1,6 +1,6 @@
 """``labserver report EVENT``: the post-event report written offline (the same HTML and JSON as the
 instructor's downloads, from the server's database and labs); ``labserver verify FILE``: check a
-completion record offline against the event's public key (services/completion.py).
+completion record offline against the event's public key (services/reporting/completion.py).
 
 ``verify`` exits 0 when the record is intact and signed by a key given with ``--key``; 1 when it
 was changed, is not a completion record, or is signed by another key; 3 when it is intact but no
@@ -38,8 +38,8 @@ def report(
     from labserver.i18n import LANGS
     from labserver.models import Event
     from labserver.routes.report import standalone_html
-    from labserver.services import completion
-    from labserver.services import report as report_service
+    from labserver.services.reporting import completion
+    from labserver.services.reporting import report as report_service
 
     if lang not in LANGS:
         raise typer.BadParameter(f"use one of: {', '.join(LANGS)}", param_hint="--lang")
@@ -78,7 +78,7 @@ def verify(
     ] = None,
 ) -> None:
     """Check a completion record offline: intact, every step passed, and signed by the event's key."""
-    from labserver.services import completion
+    from labserver.services.reporting import completion
 
     try:
         keys = [completion.parse_key(k) for k in key] if key else None

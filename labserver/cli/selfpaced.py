@@ -87,7 +87,7 @@ def labs(
     from labserver.content import LabCatalog
     from labserver.models import Event
     from labserver.selfpaced.learner import read_learner
-    from labserver.services.progress import lab_progress
+    from labserver.services.reporting.progress import lab_progress
 
     settings = _settings(data_dir)
     catalog = LabCatalog(settings.labs_dir)
@@ -142,7 +142,7 @@ def progress_export(
     from sqlmodel import Session
 
     from labserver.models import Attendee, Event
-    from labserver.services import progress_io
+    from labserver.services.reporting import progress_io
 
     ctx, learner = _local_context(data_dir)
     skipped: list[str] = []
@@ -184,7 +184,7 @@ def progress_import(
     from sqlmodel import Session
 
     from labserver.models import Attendee, Event
-    from labserver.services import progress_io
+    from labserver.services.reporting import progress_io
 
     try:
         raw = file.read_bytes()

@@ -51,11 +51,12 @@ from labserver.schemas import (
     UnavailableLab,
     media,
 )
-from labserver.services import help, pacing, progress
+from labserver.services import help, pacing
 from labserver.services.grading import checking
 from labserver.services.joining import event_admin
 from labserver.services.joining.events import JoinError, join
 from labserver.services.provisioning import environments, files
+from labserver.services.reporting import progress
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 

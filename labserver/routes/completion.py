@@ -1,9 +1,9 @@
 """The attendee's side of the post-event report and of verifiable completion (acting on the caller's
 own attendee only: no route here takes an attendee id).
 
-- ``POST /api/v1/labs/{lab}/steps/{step}/hints``: I opened this step's hints (services/hints.py)
+- ``POST /api/v1/labs/{lab}/steps/{step}/hints``: I opened this step's hints (services/reporting/hints.py)
 - ``GET  /api/v1/labs/{lab}/completion``: my signed completion record of a lab I finished (an
-  attachment), 409 ``lab-not-finished`` when a step has not passed (services/completion.py)
+  attachment), 409 ``lab-not-finished`` when a step has not passed (services/reporting/completion.py)
 - ``GET  /api/v1/completion-key``: the public key that signs my event's records
 """
 
@@ -21,7 +21,8 @@ from labserver.schemas import (
     HintsOpenedPublic,
     json_file,
 )
-from labserver.services import completion, hints, pacing
+from labserver.services import pacing
+from labserver.services.reporting import completion, hints
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 

@@ -44,7 +44,6 @@ from labserver.schemas import (
     media,
 )
 from labserver.services import help, room
-from labserver.services.completion_chart import chart_svg
 from labserver.services.context import AppContext
 from labserver.services.grading import checking
 from labserver.services.help import HelpError
@@ -52,6 +51,7 @@ from labserver.services.joining import event_admin, seats
 from labserver.services.joining.event_admin import MAX_CAPACITY, EventError
 from labserver.services.provisioning import env_admin
 from labserver.services.provisioning.environments import event_labs, get_row, reset_lab
+from labserver.services.reporting.completion_chart import chart_svg
 
 router = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
 

@@ -31,11 +31,11 @@ from labserver.routes.deps import (
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.routes.pages import base_context, render_page, safe_next
 from labserver.schemas import EnvironmentPublic, EventPublic
-from labserver.services import completion
 from labserver.services.context import AppContext
 from labserver.services.joining import event_admin, seats
 from labserver.services.joining.event_admin import EventError
 from labserver.services.provisioning.environments import event_labs, get_row
+from labserver.services.reporting import completion
 
 router = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])
 

@@ -26,9 +26,9 @@ from labserver.content import Lab
 from labserver.i18n import LANG_NAMES, LANGS, pick_lang, translations
 from labserver.routes.deps import LANG_COOKIE, Ctx, OptionalAttendee, SessionDep
 from labserver.schemas import EnvironmentPublic, LabSummaryPublic, StepPublic
-from labserver.services import completion, progress
 from labserver.services.context import AppContext
 from labserver.services.provisioning import environments
+from labserver.services.reporting import completion, progress
 
 router = APIRouter(include_in_schema=False)
 

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from labserver.edge.body_limit import IMPORT_MAX
 from labserver.routes.deps import Ctx, CurrentAttendee, SessionDep
 from labserver.schemas import ErrorPublic, ImportReportPublic, json_file
-from labserver.services import progress_io
+from labserver.services.reporting import progress_io
 
 router = APIRouter(prefix="/api/v1/progress", tags=["attendee"])
 

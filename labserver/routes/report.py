@@ -1,4 +1,4 @@
-"""The post-event report for instructors (services/report.py): a page with charts, and the same
+"""The post-event report for instructors (services/reporting/report.py): a page with charts, and the same
 report as a self-contained HTML file and as JSON, both downloads; the event's completion key.
 
 - ``GET /instructor/events/{id}/report``: the page (login redirect for anyone else)
@@ -25,8 +25,8 @@ from labserver.routes.instructor_api import get_event
 from labserver.routes.instructor_pages import PageInstructor, instructor_base
 from labserver.routes.pages import jinja_env, render_page, templates_dir
 from labserver.schemas import CompletionKeyPublic, ReportPublic, json_file, media
-from labserver.services import completion, report
 from labserver.services.context import AppContext
+from labserver.services.reporting import completion, report
 
 api = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
 pages = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])

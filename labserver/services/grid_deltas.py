@@ -2,7 +2,7 @@
 
 A ``check.finished`` or ``step.opened`` event changes one cell of the grid (status, attempts,
 times), read from the database. Where the change is committed (:func:`labserver.services.grading.checking`
-storing a run's verdict, :func:`labserver.services.progress.open_step`), the same worker thread and
+storing a run's verdict, :func:`labserver.services.reporting.progress.open_step`), the same worker thread and
 session read the cell right after the commit (:func:`cell_after_commit`) and the event carries it
 (``grid``), when a dashboard of the event is open: the instructor streams then only encode it,
 once for all of them (``LiveHub.memo``), with no read and no trip through the worker threads of

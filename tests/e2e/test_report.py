@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from labserver.services import completion
+from labserver.services.reporting import completion
 from tests.e2e.conftest import (
     REPO,
     SCREENSHOTS,

@@ -17,7 +17,7 @@ from labserver import clock
 from labserver.backends.base import MAX_ARCHIVE_BYTES, EnvRef, TooBig
 from labserver.backends.local import LocalBackend
 from labserver.models import CheckFiles, CheckRun, Event, HintOpen
-from labserver.services import completion
+from labserver.services.reporting import completion
 from tests.conftest import instructor_headers, join
 
 LAB = "getting-started"

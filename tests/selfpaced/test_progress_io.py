@@ -13,7 +13,7 @@ from sqlmodel import Session, select
 
 from labserver.models import CheckRun
 from labserver.selfpaced.server import create_selfpaced_app
-from labserver.services import progress_io
+from labserver.services.reporting import progress_io
 from tests.conftest import join
 from tests.selfpaced.conftest import HELLO, fail_find_device, make_settings, pass_write_file
 

@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from labserver.models import Event
-from labserver.services import completion
+from labserver.services.reporting import completion
 
 SECRET = "test-secret"
 

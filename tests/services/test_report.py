@@ -12,8 +12,8 @@ from sqlmodel import Session
 from labserver import clock
 from labserver.clock import TestClock
 from labserver.models import Attendee, CheckRun, Event, HintOpen, StepStart
-from labserver.services import report
-from labserver.services.report import message_template, stat
+from labserver.services.reporting import report
+from labserver.services.reporting.report import message_template, stat
 
 LAB = "getting-started"
 STEPS = ["find-device", "run-script", "write-file", "implement-rmsnorm", "read-metric"]

@@ -1,5 +1,5 @@
 """Digests of the files a passing check judged, kept for completion records
-(:mod:`labserver.services.completion`).
+(:mod:`labserver.services.reporting.completion`).
 
 When a check passes, :func:`digest_lab` takes the attendee's lab folder in one backend call (its
 ``archive``: on Docker the engine reads the container's filesystem, nothing runs inside it) and

@@ -10,7 +10,7 @@ names the key (a hash of it).
 :func:`trust_of` answers one question: was this file made by *this* server for *this* attendee
 (``"own"``)? Everything else (another server, another attendee, an edited file, an unsigned version
 1 file) is ``"foreign"``. What a foreign file may do is the importer's policy
-(:mod:`labserver.services.progress_io`).
+(:mod:`labserver.services.reporting.progress_io`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ lab ``time_to_finish_s``    per finisher: last first-pass of the lab minus first
 
 ``median`` is the middle value (mean of the two middle ones), ``p90`` the nearest rank
 (``sorted[ceil(0.9 n) - 1]``). Runs ``running`` and ``interrupted`` are no attempt (as in
-:mod:`labserver.services.progress`).
+:mod:`labserver.services.reporting.progress`).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ format, version, every field, every path, every base64 blob), and a file that fa
 passed or imported here already, is recorded as a check run with a message saying so
 (``passed_at`` kept); steps that were only attempted are not carried over.
 
-Trust (:mod:`labserver.services.progress_signing`): the file is *own* when this server signed it for
+Trust (:mod:`labserver.services.reporting.progress_signing`): the file is *own* when this server signed it for
 this very attendee. On an event server only own files are accepted (anything else raises
 :class:`ProgressSignatureError` before anything changes) and their steps are recorded as
 ``imported``, a state of its own that the instructor sees, never as ``passed``. On a self-paced
@@ -67,12 +67,12 @@ from labserver.backends.local import HIDDEN
 from labserver.content import Lab
 from labserver.edge import safe_json
 from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, CheckStatus, Event
-from labserver.services import progress_signing
 from labserver.services.context import AppContext
 from labserver.services.grading.checking import publish_finished
 from labserver.services.pacing import is_locked
-from labserver.services.progress import lab_progress
 from labserver.services.provisioning.environments import ensure_environment, event_labs
+from labserver.services.reporting import progress_signing
+from labserver.services.reporting.progress import lab_progress
 
 FORMAT: Literal["labserver-progress"] = "labserver-progress"
 SCHEMA_VERSION = 2
@@ -171,7 +171,7 @@ class ProgressFile(_Strict):
 class ImportReport:
     imported: list[str] = field(default_factory=list)  # "lab/step" newly recorded (see ``status``)
     status: str = "passed"  # what the new runs are: passed (own file, self-paced) or imported
-    trust: str = "own"  # own | foreign (services/progress_signing.py)
+    trust: str = "own"  # own | foreign (services/reporting/progress_signing.py)
     locked: list[str] = field(default_factory=list)  # "lab/step": pacing has it locked, not imported
     already: list[str] = field(default_factory=list)  # passed here before
     skipped: list[str] = field(default_factory=list)  # "lab" or "lab/step": not in this event

@@ -1,5 +1,5 @@
 """Progress: a step is passed when it has a passing check run (*imported* when it only has an imported
-one, see services/progress_io.py). Also the time an attendee first opened a step; pacing (locked
+one, see services/reporting/progress_io.py). Also the time an attendee first opened a step; pacing (locked
 steps: ``is_locked``, ``unlocked_steps``) lives in services/pacing.py and is read from here too."""
 
 from __future__ import annotations

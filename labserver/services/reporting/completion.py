@@ -8,11 +8,11 @@ times and the digests of the files its checks judged.
 
 Mechanism.
 
-- **Why Ed25519 beside the HMAC of progress files** (:mod:`labserver.services.progress_signing`):
+- **Why Ed25519 beside the HMAC of progress files** (:mod:`labserver.services.reporting.progress_signing`):
   an HMAC can be checked only by whoever holds the secret, so only this server could check it, and
   anyone able to check it could forge it. A completion record is checked by others, offline:
   that needs a public key. The canonical bytes are the progress files' ones
-  (:func:`~labserver.services.progress_signing.canonical`: the JSON without ``signature``, keys
+  (:func:`~labserver.services.reporting.progress_signing.canonical`: the JSON without ``signature``, keys
   sorted, no spaces, UTF-8), defined once.
 - **One key per event**, derived (HMAC-SHA256 of the server's secret key over the event id and its
   creation time) rather than stored: no private key sits in the database or in a backup of it, a
@@ -50,7 +50,7 @@ from labserver import __version__, clock
 from labserver.content import Lab
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event, HintOpen, StepStart
 from labserver.schemas import CompletionKeyPublic
-from labserver.services.progress_signing import canonical
+from labserver.services.reporting.progress_signing import canonical
 
 FORMAT = "labserver-completion"
 SCHEMA_VERSION = 1
