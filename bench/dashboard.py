@@ -134,7 +134,7 @@ def median_ms(samples: list[float]) -> str:
 
 async def grid_figures(app, event_id: int, repeats: int) -> None:  # type: ignore[no-untyped-def]
     from labserver.models import Event
-    from labserver.services import room
+    from labserver.services.dashboard import room
 
     ctx = app.state.ctx
     service = []

@@ -457,7 +457,7 @@ class GridLab(_Out):
 
 class GridPublic(_Out):
     """The progress grid, compact: ``cells`` are ``[attendee_id, column, status, attempts, t0, t1]``
-    (see :mod:`labserver.services.room`)."""
+    (see :mod:`labserver.services.dashboard.room`)."""
 
     event: EventRef
     base: int

@@ -51,7 +51,8 @@ from labserver.schemas import (
     UnavailableLab,
     media,
 )
-from labserver.services import help, pacing
+from labserver.services import help
+from labserver.services.dashboard import pacing
 from labserver.services.grading import checking
 from labserver.services.joining import event_admin
 from labserver.services.joining.events import JoinError, join

@@ -21,7 +21,7 @@ from labserver.schemas import (
     HintsOpenedPublic,
     json_file,
 )
-from labserver.services import pacing
+from labserver.services.dashboard import pacing
 from labserver.services.reporting import completion, hints
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])

@@ -43,8 +43,9 @@ from labserver.schemas import (
     json_file,
     media,
 )
-from labserver.services import help, room
+from labserver.services import help
 from labserver.services.context import AppContext
+from labserver.services.dashboard import room
 from labserver.services.grading import checking
 from labserver.services.help import HelpError
 from labserver.services.joining import event_admin, seats
@@ -215,7 +216,7 @@ def event_status(event_id: DbId, body: StatusIn, ctx: Ctx, session: SessionDep) 
 def progress_grid(
     event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, attendee: DbIdQuery = None
 ) -> Response:
-    """The grid (compact, see :mod:`labserver.services.room`); ``?attendee=`` for one row."""
+    """The grid (compact, see :mod:`labserver.services.dashboard.room`); ``?attendee=`` for one row."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event, attendee_id=attendee)
     return _json(room.grid(facts, pick_lang(request)))

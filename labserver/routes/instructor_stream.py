@@ -15,7 +15,7 @@ SSE events (``data`` is JSON):
 - ``resync``: the stream fell behind; reload the grid.
 
 A cell is read from the database and encoded once per live event for all the dashboards that
-stream it, in a worker thread (``LiveHub.once`` + ``services/grid_deltas.read_cell``): a render never
+stream it, in a worker thread (``LiveHub.once`` + ``services/dashboard/grid_deltas.read_cell``): a render never
 blocks the loop every attendee stream of the room is served from. Every other delta is built and
 encoded once per event too (``LiveHub.memo``), however many dashboards stream it.
 """
@@ -30,7 +30,7 @@ from typing import Any
 from labserver.live import Kind, LiveEvent, Subscription
 from labserver.models import Event
 from labserver.services.context import AppContext
-from labserver.services.grid_deltas import CELL_KINDS, read_cell
+from labserver.services.dashboard.grid_deltas import CELL_KINDS, read_cell
 from labserver.services.provisioning.environments import event_labs
 
 PASS_THROUGH = {
@@ -104,7 +104,7 @@ async def grid_event(ctx: AppContext, event: Event, ev: LiveEvent) -> dict[str, 
     """The grid's SSE dict for ``ev`` (None: the grid does not show it), built and encoded once per
     live event for every dashboard of ``event`` (the dict is shared: never change it)."""
     if ev.kind in CELL_KINDS and ev.attendee_id is not None:
-        if "grid" in ev.data:  # read where it was committed (services/grid_deltas.py): encode only
+        if "grid" in ev.data:  # read where it was committed (services/dashboard/grid_deltas.py): encode only
             return ctx.live.memo(ev, "grid", lambda: grid_sse("cell", ev.data["grid"], ev))
         out: dict[str, str] | None = await ctx.live.once(ev, functools.partial(cell_sse, ctx, event, ev))
         return out

@@ -18,7 +18,8 @@ from labserver.db import release
 from labserver.routes.deps import Ctx, CurrentAttendee, DbId, SessionDep, current_instructor
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.schemas import EventPublic, ExportPublic, RecordingPublic, media
-from labserver.services import recordings, room
+from labserver.services import recordings
+from labserver.services.dashboard import room
 
 router = APIRouter(prefix="/api/v1")
 RecId = Annotated[str, Path(max_length=120, description="A recording id (from the list)")]

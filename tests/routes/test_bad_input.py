@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from labserver.models import Event
 from labserver.routes.deps import INSTRUCTOR_COOKIE, make_instructor_cookie
-from labserver.services import room
+from labserver.services.dashboard import room
 from tests.conftest import EVENT_CODE, instructor_headers, iter_routes, join
 
 LAB = "/api/v1/labs/getting-started"

@@ -24,7 +24,7 @@ from labserver.backends.base import BackendError, CheckRaw, CheckRequest, Enviro
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
-from labserver.services import room
+from labserver.services.dashboard import room
 from labserver.services.grading import checking
 from labserver.services.joining.events import create_event
 from tests.conftest import EVENT_CODE, instructor_headers, join, settle

@@ -12,8 +12,8 @@ from sqlmodel import Session
 from labserver import clock
 from labserver.clock import TestClock
 from labserver.models import Attendee, CheckRun, Event, StepStart
-from labserver.services import room
-from labserver.services.pacing import is_locked
+from labserver.services.dashboard import room
+from labserver.services.dashboard.pacing import is_locked
 from labserver.services.reporting.completion_chart import chart_svg, series
 
 LAB = "getting-started"

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from labserver.clock import TestClock
 from labserver.config import StuckSettings
-from labserver.services.stuck import MIN_SAMPLES, RunFact, StartFact, detect_stuck, failures_in_a_row
+from labserver.services.dashboard.stuck import (
+    MIN_SAMPLES,
+    RunFact,
+    StartFact,
+    detect_stuck,
+    failures_in_a_row,
+)
 
 SETTINGS = StuckSettings(time_factor=2.0, min_seconds=300.0, failed_in_a_row=3)
 

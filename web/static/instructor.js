@@ -1,6 +1,6 @@
 /* The instructor's pages: live grid dashboard, attendee drill-down, event form.
  *
- * The grid is built once from GET /api/v1/events/{id}/progress (compact: see labserver/services/room.py)
+ * The grid is built once from GET /api/v1/events/{id}/progress (compact: see labserver/services/dashboard/room.py)
  * and then only single cells change, by id, from the SSE stream /api/v1/events/{id}/stream.
  * Cell ids: "c<attendee>_<column>". Status codes: w working, f failing, p passed, e checker error, i imported,
  * n not started. */

@@ -29,8 +29,9 @@ from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
 from labserver.observability import metrics
-from labserver.services import grid_deltas, recordings
+from labserver.services import recordings
 from labserver.services.context import AppContext
+from labserver.services.dashboard import grid_deltas
 from labserver.services.grading import check_files, not_gradable
 from labserver.services.provisioning import workspace_full
 from labserver.services.provisioning.environments import with_environment
@@ -261,7 +262,7 @@ def _store(
     database (SQLite's write lock, a pool checkout) must never hold up the event loop every stream
     and terminal of the room is served from (the load rehearsal, bench/rehearsal.py). With
     ``grid_of`` (a finished run), the grid's cell after the commit is read in the same session
-    and returned (services/grid_deltas.py: None when no dashboard is open)."""
+    and returned (services/dashboard/grid_deltas.py: None when no dashboard is open)."""
     session.add(run)
     if files is not None and run.status == CheckStatus.passed and run.id is not None:
         session.add(CheckFiles(run_id=run.id, files=files))

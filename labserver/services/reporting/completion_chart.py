@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from html import escape
 
-from labserver.services.room import RoomFacts
+from labserver.services.dashboard.room import RoomFacts
 
 W, H = 720, 260
 LEFT, RIGHT, TOP, BOTTOM = 44, 170, 14, 30

@@ -1,6 +1,6 @@
 """Progress: a step is passed when it has a passing check run (*imported* when it only has an imported
 one, see services/reporting/progress_io.py). Also the time an attendee first opened a step; pacing (locked
-steps: ``is_locked``, ``unlocked_steps``) lives in services/pacing.py and is read from here too."""
+steps: ``is_locked``, ``unlocked_steps``) lives in services/dashboard/pacing.py and is read from here too."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from sqlmodel import Session, col, select
 from labserver.content import Lab
 from labserver.live import Kind
 from labserver.models import NOT_ATTEMPTS, CheckRun, CheckStatus, Event, StepStart
-from labserver.services import grid_deltas
 from labserver.services.context import AppContext
-from labserver.services.pacing import is_locked
+from labserver.services.dashboard import grid_deltas
+from labserver.services.dashboard.pacing import is_locked
 
 #: runs that are no attempt: still running, or cut short by a server restart (services/recovery.py)
 
@@ -105,7 +105,7 @@ def open_step(
     ctx: AppContext, session: Session, *, event: Event, attendee_id: int, lab_id: str, step_id: str
 ) -> None:
     """The attendee opened a step: store the first time (committed), then publish ``step.opened``
-    (with the grid's cell when a dashboard is open: services/grid_deltas.py). Blocking."""
+    (with the grid's cell when a dashboard is open: services/dashboard/grid_deltas.py). Blocking."""
     mark_step_started(session, attendee_id=attendee_id, lab_id=lab_id, step_id=step_id)
     grid = grid_deltas.cell_after_commit(
         ctx, session, event, attendee_id=attendee_id, lab=lab_id, step=step_id

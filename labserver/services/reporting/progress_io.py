@@ -68,8 +68,8 @@ from labserver.content import Lab
 from labserver.edge import safe_json
 from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, CheckStatus, Event
 from labserver.services.context import AppContext
+from labserver.services.dashboard.pacing import is_locked
 from labserver.services.grading.checking import publish_finished
-from labserver.services.pacing import is_locked
 from labserver.services.provisioning.environments import ensure_environment, event_labs
 from labserver.services.reporting import progress_signing
 from labserver.services.reporting.progress import lab_progress

@@ -1,5 +1,5 @@
 """Pacing: the steps of a lab the instructor has unlocked for the room (``Event.pace``: lab id ->
-steps open; a lab absent from it is open to the end). Pure; set by ``services/room.set_pace``."""
+steps open; a lab absent from it is open to the end). Pure; set by ``services/dashboard/room.set_pace``."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from sqlmodel import Session
 
 from labserver.live import Kind, LiveEvent
 from labserver.models import CheckRun, Event
-from labserver.services import room
+from labserver.services.dashboard import room
 
 if TYPE_CHECKING:
     from labserver.services.context import AppContext

@@ -29,9 +29,9 @@ from labserver.content import Lab
 from labserver.live import Kind
 from labserver.models import NOT_ATTEMPTS, Attendee, CheckRun, Environment, Event, StepStart
 from labserver.services.context import AppContext
-from labserver.services.pacing import unlocked_steps
+from labserver.services.dashboard.pacing import unlocked_steps
+from labserver.services.dashboard.stuck import StepKey, StepSummary, StuckFlag, detect_stuck_steps
 from labserver.services.provisioning.environments import event_labs
-from labserver.services.stuck import StepKey, StepSummary, StuckFlag, detect_stuck_steps
 
 #: status -> one-letter code used in the payload (not started cells are absent)
 CELL_CODES = {"working": "w", "failing": "f", "passed": "p", "error": "e", "imported": "i"}
@@ -378,7 +378,7 @@ def export_csv(facts: RoomFacts) -> str:
 # -- pacing -----------------------------------------------------------------------------------------
 def set_pace(ctx: AppContext, session: Session, *, event: Event, lab: Lab, unlocked: int | None) -> Event:
     """Lock the lab's steps beyond ``unlocked`` for the whole room (None: unlock all), then publish
-    ``pace``. Enforced by :func:`labserver.services.pacing.is_locked`."""
+    ``pace``. Enforced by :func:`labserver.services.dashboard.pacing.is_locked`."""
     pace = dict(event.pace)
     if unlocked is None or unlocked >= len(lab.steps):
         pace.pop(lab.id, None)
