@@ -51,13 +51,13 @@ from labserver.schemas import (
     UnavailableLab,
     media,
 )
-from labserver.services import help
 from labserver.services.dashboard import pacing
 from labserver.services.grading import checking
 from labserver.services.joining import event_admin
 from labserver.services.joining.events import JoinError, join
 from labserver.services.provisioning import environments, files
 from labserver.services.reporting import progress
+from labserver.services.support import help
 
 router = APIRouter(prefix="/api/v1", tags=["attendee"])
 

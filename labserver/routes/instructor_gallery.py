@@ -6,16 +6,16 @@ events (``data`` is JSON):
 
 - ``ready``: ``{"event_id", "interval_s", "rows", "cols"}``, the stream is live;
 - ``thumbs``: ``{"t": [[attendee_id, lab, drop, keep, tail], ...], "at": epoch}`` at most once per
-  tick (:data:`~labserver.services.gallery.INTERVAL_S`) and only when a thumbnail changed; lines
+  tick (:data:`~labserver.services.support.gallery.INTERVAL_S`) and only when a thumbnail changed; lines
   become ``old[drop:drop + keep] + tail``; ``lab`` null: that attendee has no open terminal
-  (:mod:`labserver.services.gallery`);
+  (:mod:`labserver.services.support.gallery`);
 - the instructor stream's grid deltas (``cell``, ``run``, ``env``, ``help``, ``resync``, ...,
   :mod:`labserver.routes.instructor_stream`), so sorting by progress, failing and stuck follows
   the room on the same connection.
 
 Authorization: both routes need the instructor (router dependency for the stream, a 303 to the
 login page for the page); attendees get 403 / 303. The thumbnails come only from the environments
-of the event in the path (``services.gallery.event_envs``)."""
+of the event in the path (``services.support.gallery.event_envs``)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
 from labserver.routes.pages import render_page
 from labserver.schemas import SSE, EventPublic
 from labserver.services.context import AppContext
-from labserver.services.gallery import COLS, INTERVAL_S, ROWS, GalleryFeed, event_envs
 from labserver.services.joining import event_admin
+from labserver.services.support.gallery import COLS, INTERVAL_S, ROWS, GalleryFeed, event_envs
 
 api = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
 pages = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])

@@ -1,7 +1,7 @@
 """Terminal recordings over HTTP: an attendee's own (``/api/v1/recordings``), an instructor's view
 of one attendee's (``/api/v1/events/{event}/attendees/{attendee}/recordings``), and the event's
 export with them (``export.zip``). Who may see what is decided in
-:mod:`labserver.services.recordings` (an attendee's folder is computed from the attendee, never
+:mod:`labserver.services.support.recordings` (an attendee's folder is computed from the attendee, never
 from the request); a recording id that is not in that folder is a 404 like any unknown one."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from labserver.db import release
 from labserver.routes.deps import Ctx, CurrentAttendee, DbId, SessionDep, current_instructor
 from labserver.routes.instructor_api import get_attendee, get_event
 from labserver.schemas import EventPublic, ExportPublic, RecordingPublic, media
-from labserver.services import recordings
 from labserver.services.dashboard import room
+from labserver.services.support import recordings
 
 router = APIRouter(prefix="/api/v1")
 RecId = Annotated[str, Path(max_length=120, description="A recording id (from the list)")]

@@ -1,5 +1,5 @@
 """Help with consent over HTTP (the rules: :mod:`labserver.terminals.sharing`, the changes:
-:mod:`labserver.services.help_share`). An instructor asks from a raised hand and may end a share;
+:mod:`labserver.services.support.help_share`). An instructor asks from a raised hand and may end a share;
 the attendee answers on their own page (``/api/v1/share``): accept, or end (decline or stop).
 The writable terminal view itself is the instructor's WebSocket (``routes/terminal.py``), which
 opens only on an active share."""
@@ -13,8 +13,8 @@ from fastapi import APIRouter, Depends, HTTPException
 from labserver.routes.deps import Ctx, CurrentAttendee, DbId, Instructor, SessionDep, current_instructor
 from labserver.routes.instructor_api import get_event
 from labserver.schemas import ErrorPublic, SharePublic
-from labserver.services import help_share
-from labserver.services.help_share import ShareError
+from labserver.services.support import help_share
+from labserver.services.support.help_share import ShareError
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorPublic},

@@ -26,9 +26,9 @@ from labserver.i18n import gettext
 from labserver.live import Kind, LiveEvent
 from labserver.models import Environment
 from labserver.routes.deps import Me, instructor_from, resolve_in_own_session, token_from
-from labserver.services import help_share
 from labserver.services.context import AppContext
 from labserver.services.provisioning import environments
+from labserver.services.support import help_share
 from labserver.terminals.sessions import RESYNC, TerminalSession
 from labserver.terminals.sharing import Share
 

@@ -1,5 +1,5 @@
 """Help with consent: who may type in an attendee's terminal besides the attendee (the book of
-shares; what a share does and who changes it: :mod:`labserver.services.help_share`).
+shares; what a share does and who changes it: :mod:`labserver.services.support.help_share`).
 
 Threat model. The instructor token opens a *read-only* view of any attendee's shell; typing into
 it is a take-over of someone's machine and needs that person's consent, given on their own page

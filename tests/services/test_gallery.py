@@ -14,9 +14,9 @@ from sqlmodel import Session
 from labserver.models import Attendee, Event
 from labserver.routes.instructor_gallery import gallery_stream
 from labserver.routes.terminal import open_session
-from labserver.services.gallery import COLS, ROWS, GalleryFeed, delta, event_envs
 from labserver.services.joining.events import create_event, join
 from labserver.services.provisioning import environments
+from labserver.services.support.gallery import COLS, ROWS, GalleryFeed, delta, event_envs
 from labserver.terminals.sessions import TerminalSession
 
 LAB = "getting-started"

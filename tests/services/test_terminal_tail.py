@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labserver.services.terminal_tail import WINDOW, last_lines
+from labserver.services.support.terminal_tail import WINDOW, last_lines
 
 
 def test_plain_lines_keep_the_last_rows_cut_to_cols() -> None:

@@ -29,12 +29,12 @@ from labserver.db import in_thread, release
 from labserver.live import Kind
 from labserver.models import Attendee, CheckFiles, CheckRun, CheckStatus, Event
 from labserver.observability import metrics
-from labserver.services import recordings
 from labserver.services.context import AppContext
 from labserver.services.dashboard import grid_deltas
 from labserver.services.grading import check_files, not_gradable
 from labserver.services.provisioning import workspace_full
 from labserver.services.provisioning.environments import with_environment
+from labserver.services.support import recordings
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from labserver.models import (
     HintOpen,
     StepStart,
 )
-from labserver.services import recordings
 from labserver.services.context import AppContext
 from labserver.services.provisioning.environments import env_id_for, ref_of
+from labserver.services.support import recordings
 
 SAME_ADDRESS = 3
 SCRIPTED = (

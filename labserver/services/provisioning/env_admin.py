@@ -28,9 +28,9 @@ from labserver.content import Lab, Step
 from labserver.db import release
 from labserver.live import Kind
 from labserver.models import Attendee, Environment, Event
-from labserver.services import recordings
 from labserver.services.context import AppContext
 from labserver.services.provisioning.environments import ensure_environment, get_row, ref_of, set_state
+from labserver.services.support import recordings
 
 REVEAL_DIR = ".solution"
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 (``/api/v1/help``); instructors claim and resolve. Each change is committed, then published with the
 attendee's id, so the attendee's own stream sees ``help.claimed`` ("someone is coming", with ``by``)
 and ``help.resolved``, and every instructor stream sees ``help.*`` too. Closing a hand (cancel,
-resolve) ends its shared terminal, if any (services/help_share.py). Routes never query
+resolve) ends its shared terminal, if any (services/support/help_share.py). Routes never query
 ``HelpRequest`` themselves."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from labserver import clock
 from labserver.live import Kind
 from labserver.models import Attendee, HelpRequest, HelpState
 from labserver.schemas import HelpQueueItem
-from labserver.services import help_share
 from labserver.services.context import AppContext
+from labserver.services.support import help_share
 
 ACTIVE = (HelpState.open, HelpState.claimed)
 

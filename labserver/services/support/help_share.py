@@ -13,7 +13,7 @@ what                who may                                     published (to th
 :func:`typed`       the writable view, at most once a second     ``share.typing``
 ==================  ==========================================  ===================================
 
-Resolving or cancelling the hand ends its share (:mod:`labserver.services.help` calls
+Resolving or cancelling the hand ends its share (:mod:`labserver.services.support.help` calls
 :func:`end_for_attendee`). The start and the end are marked in the terminal's recording."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from sqlmodel import Session
 
 from labserver.live import Kind
 from labserver.models import HelpRequest, HelpState
-from labserver.services import recordings
 from labserver.services.context import AppContext
 from labserver.services.provisioning.environments import env_id_for
+from labserver.services.support import recordings
 from labserver.terminals.sharing import Share, ShareState
 
 TYPING_EVERY_S = 1.0

@@ -6,7 +6,7 @@ Mechanism. A page holds one stream (``routes/instructor_gallery.py``) and that s
 thumbnail costs the terminal nothing and never keeps an idle shell alive. The stream calls
 :meth:`GalleryFeed.poll` once per tick (:data:`INTERVAL_S`); a poll renders only the terminals whose
 output changed since the last one (``TerminalSession.output_bytes``), from the end of their
-scrollback (:mod:`labserver.services.terminal_tail`), and answers at most one update per attendee.
+scrollback (:mod:`labserver.services.support.terminal_tail`), and answers at most one update per attendee.
 Whatever a shell prints, its thumbnail changes at most once per tick and each update is at most
 ``rows`` lines of ``cols`` characters, sent as a difference from what this page already has (a
 shell printing a line a second sends one line, not the screen).
@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col
 
 from labserver.models import Environment
-from labserver.services.terminal_tail import last_lines
+from labserver.services.support.terminal_tail import last_lines
 from labserver.terminals.sessions import Key, TerminalHub
 
 INTERVAL_S = 1.0  # a thumbnail changes at most this often (the stream's tick)
