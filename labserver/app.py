@@ -33,12 +33,16 @@ from labserver.routes import api, completion, instructor, pages, progress, recor
 from labserver.routes import metrics as metrics_route
 from labserver.services.context import AppContext
 from labserver.services.grading.fair_queue import CheckQueue
+from labserver.services.operations.recovery import (
+    finish_orphaned_runs,
+    reap_leaked_graders,
+    retry_orphaned_runs,
+)
 from labserver.services.provisioning import workspace_full
 from labserver.services.provisioning.admission import Admission, default_limit
 from labserver.services.provisioning.environments import reconcile
 from labserver.services.provisioning.lifecycle import housekeeping
 from labserver.services.provisioning.warming import start_warming
-from labserver.services.recovery import finish_orphaned_runs, reap_leaked_graders, retry_orphaned_runs
 from labserver.terminals.recorder import RecordingStore
 from labserver.terminals.sessions import TerminalHub
 
@@ -117,7 +121,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="labserver")
         )
         with Session(ctx.engine, expire_on_commit=False) as session:
-            orphaned = finish_orphaned_runs(session)  # before any check can start (services/recovery.py)
+            orphaned = finish_orphaned_runs(
+                session
+            )  # before any check can start (services/operations/recovery.py)
         try:
             await reap_leaked_graders(ctx.backend)
         except Exception:  # an engine outage must not stop the server from starting

@@ -94,7 +94,9 @@ class CheckStatus(enum.StrEnum):
     failed = "failed"
     error = "error"
     timeout = "timeout"
-    interrupted = "interrupted"  # the server restarted mid-check: not an attempt (services/recovery.py)
+    interrupted = (
+        "interrupted"  # the server restarted mid-check: not an attempt (services/operations/recovery.py)
+    )
     imported = (
         "imported"  # from a progress file this server cannot vouch for (services/reporting/progress_io.py)
     )

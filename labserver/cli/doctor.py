@@ -1,4 +1,4 @@
-"""``labserver doctor``: will this server serve a room (``labserver/services/doctor.py`` has the
+"""``labserver doctor``: will this server serve a room (``labserver/services/operations/doctor.py`` has the
 checks)? Prints one line per finding and, for each that is not ok, what to fix in English and
 Chinese; exits 1 when a check failed (the server would not serve a room), else 0. ``serve`` runs
 the same checks at start and prints the problems as warnings (:func:`warn_at_start`)."""
@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import typer
 
 from labserver.config import Settings
-from labserver.services.doctor import Finding, Report, Status, diagnose
+from labserver.services.operations.doctor import Finding, Report, Status, diagnose
 
 MARKS = {Status.ok: "ok  ", Status.warn: "WARN", Status.fail: "FAIL", Status.skip: "-   "}
 COLOURS = {Status.ok: "green", Status.warn: "yellow", Status.fail: "red", Status.skip: None}

@@ -23,7 +23,7 @@ Kept in this process as they happen:
   that raised (a ``NotFound`` is often expected: an idempotent create looks up first).
 
 Read at each scrape from the server's state (:class:`Snapshot`, built by
-``services/metrics_snapshot.py``): ``labserver_environments`` (``state``, ``reason``),
+``services/operations/metrics_snapshot.py``): ``labserver_environments`` (``state``, ``reason``),
 ``labserver_terminals_open`` / ``labserver_terminals_attached``, ``labserver_sse_clients``,
 ``labserver_checks_waiting``, and the live hub's counts so far: ``labserver_live_events_total``
 (``kind``), ``labserver_live_deliveries_total``, ``labserver_live_encodes_total``.

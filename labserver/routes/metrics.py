@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from labserver.observability import metrics
 from labserver.routes.deps import Ctx, SessionDep, instructor_from
 from labserver.schemas import media
-from labserver.services.metrics_snapshot import snapshot
+from labserver.services.operations.metrics_snapshot import snapshot
 
 
 def _in_networks(host: str | None, networks: list[str]) -> bool:

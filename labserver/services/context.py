@@ -32,7 +32,7 @@ class AppContext:
     check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
     join_watch: JoinWatch = field(default_factory=JoinWatch)  # user agent + address key per join
     shares: ShareBook = field(default_factory=ShareBook)  # help with consent (labserver/terminals/sharing.py)
-    #: ids of the check runs this server is running (services/recovery.py: a ``running`` row not in
+    #: ids of the check runs this server is running (services/operations/recovery.py: a ``running`` row not in
     #: here is one no live server will finish)
     checks_in_flight: set[int] = field(default_factory=set)
     #: ``running`` rows not in flight at the last sweep (closed when still so at the next)

@@ -21,7 +21,7 @@ from labserver.backends import sandbox
 from labserver.backends.sandbox import unreachable
 from labserver.cli.doctor import warn_at_start
 from labserver.config import Settings
-from labserver.services.doctor import Status, diagnose
+from labserver.services.operations.doctor import Status, diagnose
 from tests.conftest import EVENT_CODE, join, settle
 
 UID = 1_900_054_321  # an environment's kind of uid: no account, no group

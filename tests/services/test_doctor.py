@@ -21,7 +21,7 @@ from labserver import db
 from labserver.cli.doctor import warn_at_start
 from labserver.cli.main import app as cli
 from labserver.config import DockerSettings, Settings
-from labserver.services.doctor import FIXES, Report, Status, diagnose
+from labserver.services.operations.doctor import FIXES, Report, Status, diagnose
 from tests.conftest import REPO
 
 

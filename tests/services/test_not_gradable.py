@@ -221,7 +221,7 @@ def test_a_restart_mid_check_is_not_gradable_and_pressed_again_for_thirty(
 
 
 def test_finish_orphaned_runs_skips_what_is_not_running(app: FastAPI, event: Event) -> None:
-    from labserver.services.recovery import finish_orphaned_runs, retry_orphaned_runs
+    from labserver.services.operations.recovery import finish_orphaned_runs, retry_orphaned_runs
 
     with TestClient(app) as client:
         join(client, "Ada")

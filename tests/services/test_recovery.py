@@ -23,7 +23,7 @@ from labserver.config import Settings
 from labserver.models import Attendee, CheckRun, Event
 from labserver.services.context import AppContext
 from labserver.services.grading import checking
-from labserver.services.recovery import orphans, sweep_orphaned_runs
+from labserver.services.operations.recovery import orphans, sweep_orphaned_runs
 from tests.backends.docker.test_server_restart import free_port, start_server
 from tests.conftest import EVENT_CODE, REPO, join, settle
 

@@ -8,7 +8,7 @@ published as ``not_gradable`` and pressed again at once, under the same lock: th
 "not your fault, retried", then the retry's own result.
 
 From its row's commit until its result's, a run's id is in ``ctx.checks_in_flight``: a ``running``
-row that is not is one nothing will finish, and :mod:`labserver.services.recovery` closes it."""
+row that is not is one nothing will finish, and :mod:`labserver.services.operations.recovery` closes it."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ async def _check_once(
     run = CheckRun(event_id=event.id, attendee_id=attendee.id, lab_id=lab.id, step_id=step.id)
     await in_thread(_store, session, run)
     assert run.id is not None
-    ctx.checks_in_flight.add(run.id)  # until its result is committed (services/recovery.py)
+    ctx.checks_in_flight.add(run.id)  # until its result is committed (services/operations/recovery.py)
     try:
         crash = await _judge(
             ctx, session, run, event=event, attendee=attendee, attempt=attempt, lang=lang, retried=retried

@@ -31,7 +31,7 @@ path, too-big                          no         what the attendee asked for
 anything else                          no         shown as it is (a checker error stays an error)
 =====================================  =========  ===============================================
 
-A server restart mid-check is the platform's too: :mod:`labserver.services.recovery` finishes the
+A server restart mid-check is the platform's too: :mod:`labserver.services.operations.recovery` finishes the
 run as ``not_gradable`` at start and the check is pressed again for the attendee (once).
 
 The retry is the one automatic retry: a retried check that is again not gradable stays so, with a

@@ -11,9 +11,9 @@ import logging
 from sqlmodel import Session
 
 from labserver.services.context import AppContext
+from labserver.services.operations.recovery import sweep_orphaned_runs
 from labserver.services.provisioning.culling import cull_idle
 from labserver.services.provisioning.warming import warm_open_events
-from labserver.services.recovery import sweep_orphaned_runs
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from labserver.services.context import AppContext
 from labserver.services.dashboard import grid_deltas
 from labserver.services.dashboard.pacing import is_locked
 
-#: runs that are no attempt: still running, or cut short by a server restart (services/recovery.py)
+#: runs that are no attempt: still running, or cut short by a server restart (services/operations/recovery.py)
 
 
 @dataclass
