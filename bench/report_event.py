@@ -43,7 +43,7 @@ from labserver.backends.local import LocalBackend
 from labserver.clock import TestClock
 from labserver.config import Settings
 from labserver.models import Attendee, Event
-from labserver.routes.report import standalone_html
+from labserver.routes.instructor.report import standalone_html
 from labserver.services.grading import checking
 from labserver.services.joining.events import create_event, join
 from labserver.services.reporting import completion, hints, progress, report

@@ -29,8 +29,9 @@ from labserver.edge.csrf import CSRFMiddleware
 from labserver.edge.http_observe import RequestObserver
 from labserver.i18n import gettext, pick_lang
 from labserver.live import LiveHub
-from labserver.routes import api, completion, instructor, pages, progress, recordings, share, terminal
+from labserver.routes import api, completion, pages, progress, recordings, share, terminal
 from labserver.routes import metrics as metrics_route
+from labserver.routes.instructor import router as instructor
 from labserver.services.context import AppContext
 from labserver.services.grading.fair_queue import CheckQueue
 from labserver.services.operations.recovery import (

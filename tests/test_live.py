@@ -9,7 +9,7 @@ import asyncio
 import threading
 
 from labserver.live import Kind, LiveHub
-from labserver.routes.instructor_stream import GRID_KINDS
+from labserver.routes.instructor.stream import GRID_KINDS
 
 
 def _drain(sub) -> list[str]:  # type: ignore[no-untyped-def]

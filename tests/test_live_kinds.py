@@ -8,7 +8,7 @@ import re
 import pytest
 
 from labserver.live import Kind, LiveHub
-from labserver.routes.instructor_stream import GRID_EVENTS, PASS_THROUGH
+from labserver.routes.instructor.stream import GRID_EVENTS, PASS_THROUGH
 from tests.conftest import REPO
 
 JS = REPO / "web" / "static"

@@ -37,7 +37,7 @@ def report(
     from labserver.app import build_context
     from labserver.i18n import LANGS
     from labserver.models import Event
-    from labserver.routes.report import standalone_html
+    from labserver.routes.instructor.report import standalone_html
     from labserver.services.reporting import completion
     from labserver.services.reporting import report as report_service
 

@@ -16,7 +16,7 @@ from starlette.background import BackgroundTask
 from labserver import clock
 from labserver.db import release
 from labserver.routes.deps import Ctx, CurrentAttendee, DbId, SessionDep, current_instructor
-from labserver.routes.instructor_api import get_attendee, get_event
+from labserver.routes.instructor.api import get_attendee, get_event
 from labserver.schemas import EventPublic, ExportPublic, RecordingPublic, media
 from labserver.services.dashboard import room
 from labserver.services.support import recordings

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException
 
 from labserver.routes.deps import Ctx, CurrentAttendee, DbId, Instructor, SessionDep, current_instructor
-from labserver.routes.instructor_api import get_event
+from labserver.routes.instructor.api import get_event
 from labserver.schemas import ErrorPublic, SharePublic
 from labserver.services.support import help_share
 from labserver.services.support.help_share import ShareError

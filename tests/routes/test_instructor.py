@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from labserver.models import Event
-from labserver.routes.instructor_stream import instructor_stream
+from labserver.routes.instructor.stream import instructor_stream
 from tests.conftest import INSTRUCTOR_TOKEN, instructor_headers, join
 
 INSTR = instructor_headers()
@@ -437,7 +437,7 @@ def test_pages_render_dashboard_and_drill_down(client: TestClient, event: Event)
 
 def test_stream_translation_of_other_kinds(app: FastAPI, event: Event) -> None:
     from labserver.live import LiveEvent
-    from labserver.routes import instructor_stream
+    from labserver.routes.instructor.router import stream as instructor_stream
 
     def translate(*args: Any) -> Any:
         return instructor_stream.translate(*args)
@@ -461,7 +461,7 @@ def test_stream_translation_of_other_kinds(app: FastAPI, event: Event) -> None:
 def test_dashboard_context_is_what_the_page_shows(app: FastAPI, client: TestClient, event: Event) -> None:
     from starlette.requests import Request
 
-    from labserver.routes.instructor_pages import dashboard_context
+    from labserver.routes.instructor.pages import dashboard_context
 
     join(client, "Ada")
     request = Request({"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""})

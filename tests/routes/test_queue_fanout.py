@@ -19,7 +19,7 @@ from sqlmodel import Session
 from labserver import clock
 from labserver.live import Kind, Subscription
 from labserver.models import Attendee, CheckRun, CheckStatus, Event
-from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
+from labserver.routes.instructor.stream import GRID_KINDS, grid_event, prefetch
 from labserver.services.dashboard import grid_deltas
 from labserver.services.grading import checking
 from labserver.services.grading.queue_places import bands_up_to

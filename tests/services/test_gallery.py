@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from sqlmodel import Session
 
 from labserver.models import Attendee, Event
-from labserver.routes.instructor_gallery import gallery_stream
+from labserver.routes.instructor.gallery import gallery_stream
 from labserver.routes.terminal import open_session
 from labserver.services.joining.events import create_event, join
 from labserver.services.provisioning import environments

@@ -1,8 +1,8 @@
-/* The live gallery (labserver/routes/instructor_gallery.py): one thumbnail per attendee showing the
+/* The live gallery (labserver/routes/instructor/gallery.py): one thumbnail per attendee showing the
  * last lines of their terminal, all fed by ONE stream, /api/v1/events/{id}/gallery/stream:
  *   thumbs  {"t": [[attendee, lab, drop, keep, tail], ...]}: lines = old.slice(drop, drop + keep).concat(tail);
  *           lab null = no terminal open (labserver/services/support/gallery.py)
- *   cell / env / help / resync: the grid deltas (labserver/routes/instructor_stream.py), for sorting.
+ *   cell / env / help / resync: the grid deltas (labserver/routes/instructor/stream.py), for sorting.
  * Updates are applied once per animation frame, only to the thumbnails that changed and are on screen
  * (a card off screen is drawn when it scrolls into view; the browser skips rendering it meanwhile:
  * content-visibility), so 200 thumbnails stay light. */

@@ -1,6 +1,6 @@
 """The live gallery: every attendee's terminal as a thumbnail of its last lines, for one page.
 
-Mechanism. A page holds one stream (``routes/instructor_gallery.py``) and that stream one
+Mechanism. A page holds one stream (``routes/instructor/gallery.py``) and that stream one
 :class:`GalleryFeed`. The feed reads the terminals' scrollback that the server keeps anyway
 (:class:`~labserver.terminals.sessions.TerminalHub`): it attaches no viewer and opens no shell, so a
 thumbnail costs the terminal nothing and never keeps an idle shell alive. The stream calls

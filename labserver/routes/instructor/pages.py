@@ -28,7 +28,7 @@ from labserver.routes.deps import (
     instructor_from,
     make_instructor_cookie,
 )
-from labserver.routes.instructor_api import get_attendee, get_event
+from labserver.routes.instructor.api import get_attendee, get_event
 from labserver.routes.pages import base_context, render_page, safe_next
 from labserver.schemas import EnvironmentPublic, EventPublic
 from labserver.services.context import AppContext

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
 from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
-from labserver.routes.instructor_api import get_attendee, get_event
+from labserver.routes.instructor.api import get_attendee, get_event
 from labserver.schemas import ErrorPublic, StatusPublic
 from labserver.services.joining import join_watch
 

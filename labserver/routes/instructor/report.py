@@ -21,8 +21,8 @@ from sqlmodel import Session
 from labserver import clock
 from labserver.i18n import pick_lang
 from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
-from labserver.routes.instructor_api import get_event
-from labserver.routes.instructor_pages import PageInstructor, instructor_base
+from labserver.routes.instructor.api import get_event
+from labserver.routes.instructor.pages import PageInstructor, instructor_base
 from labserver.routes.pages import jinja_env, render_page, templates_dir
 from labserver.schemas import CompletionKeyPublic, ReportPublic, json_file, media
 from labserver.services.context import AppContext

@@ -10,7 +10,7 @@ events (``data`` is JSON):
   become ``old[drop:drop + keep] + tail``; ``lab`` null: that attendee has no open terminal
   (:mod:`labserver.services.support.gallery`);
 - the instructor stream's grid deltas (``cell``, ``run``, ``env``, ``help``, ``resync``, ...,
-  :mod:`labserver.routes.instructor_stream`), so sorting by progress, failing and stuck follows
+  :mod:`labserver.routes.instructor.stream`), so sorting by progress, failing and stuck follows
   the room on the same connection.
 
 Authorization: both routes need the instructor (router dependency for the stream, a 303 to the
@@ -33,9 +33,9 @@ from sse_starlette.sse import EventSourceResponse
 from labserver.live import Kind, LiveEvent, Subscription
 from labserver.models import Event
 from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
-from labserver.routes.instructor_api import get_event
-from labserver.routes.instructor_pages import PageInstructor, instructor_base
-from labserver.routes.instructor_stream import GRID_KINDS, grid_event, prefetch
+from labserver.routes.instructor.api import get_event
+from labserver.routes.instructor.pages import PageInstructor, instructor_base
+from labserver.routes.instructor.stream import GRID_KINDS, grid_event, prefetch
 from labserver.routes.pages import render_page
 from labserver.schemas import SSE, EventPublic
 from labserver.services.context import AppContext

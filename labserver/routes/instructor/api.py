@@ -19,7 +19,7 @@ from labserver.content import Lab, Step
 from labserver.i18n import pick_lang
 from labserver.models import Attendee, Environment, Event
 from labserver.routes.deps import Ctx, DbId, DbIdQuery, Instructor, SessionDep, current_instructor
-from labserver.routes.instructor_stream import GRID_KINDS, instructor_stream, prefetch
+from labserver.routes.instructor.stream import GRID_KINDS, instructor_stream, prefetch
 from labserver.schemas import (
     SSE,
     AnnouncementPublic,
