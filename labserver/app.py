@@ -34,6 +34,7 @@ from labserver.routes import metrics as metrics_route
 from labserver.routes.instructor import router as instructor
 from labserver.services.context import AppContext
 from labserver.services.grading.fair_queue import CheckQueue
+from labserver.services.operations.lifecycle import housekeeping
 from labserver.services.operations.recovery import (
     finish_orphaned_runs,
     reap_leaked_graders,
@@ -42,7 +43,6 @@ from labserver.services.operations.recovery import (
 from labserver.services.provisioning import workspace_full
 from labserver.services.provisioning.admission import Admission, default_limit
 from labserver.services.provisioning.environments import reconcile
-from labserver.services.provisioning.lifecycle import housekeeping
 from labserver.services.provisioning.warming import start_warming
 from labserver.terminals.recorder import RecordingStore
 from labserver.terminals.sessions import TerminalHub

@@ -53,6 +53,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("labserver.cli",)),
 ]
 MAX_LINES = 800
+#: the areas of ``labserver/services/``, lowest first: an area imports from itself and the areas
+#: before it (and from the shared modules at the top of ``services/``), never from one after it
+SERVICE_AREAS = ["provisioning", "support", "dashboard", "grading", "joining", "reporting", "operations"]
+#: what may stay loose at the top of ``labserver/`` (what every layer uses), and the largest folder
+MAX_LOOSE_MODULES = 8
+MAX_MODULES_PER_FOLDER = 15
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -182,6 +188,39 @@ def test_no_import_runs_back_up_the_layers() -> None:
     assert not wrong, "imports that run back up:\n" + "\n".join(wrong)
 
 
+def service_area(name: str) -> str | None:
+    """``labserver.services.grading.checking`` -> ``grading``; None for the shared modules of services/."""
+    parts = name.split(".")
+    return parts[2] if parts[:2] == ["labserver", "services"] and len(parts) > 3 else None
+
+
+def test_every_service_lives_in_a_named_area_and_areas_import_only_lower_ones() -> None:
+    folders = sorted(p.name for p in (PACKAGE / "services").iterdir() if (p / "__init__.py").is_file())
+    assert folders == sorted(SERVICE_AREAS), (
+        "name each services/ area in SERVICE_AREAS and docs/architecture.md"
+    )
+    wrong = [
+        f"{name} ({area}) imports {target} ({other})"
+        for name, targets in sorted(graph(PACKAGE).items())
+        if (area := service_area(name))
+        for target in sorted(targets)
+        if (other := service_area(target)) and SERVICE_AREAS.index(other) > SERVICE_AREAS.index(area)
+    ]
+    assert not wrong, "services areas that import a higher area:\n" + "\n".join(wrong)
+
+
+def test_the_layout_shows_the_areas() -> None:
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_LOOSE_MODULES, f"group these top-level modules into area packages: {loose}"
+    crowded = {
+        str(folder.relative_to(REPO)): n
+        for folder in sorted({p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts})
+        if "versions" not in folder.parts
+        and (n := len([p for p in folder.glob("*.py") if p.name != "__init__.py"])) > MAX_MODULES_PER_FOLDER
+    }
+    assert not crowded, f"split these folders by area (at most {MAX_MODULES_PER_FOLDER} modules): {crowded}"
+
+
 def test_the_lab_format_knows_no_infrastructure() -> None:
     forbidden = ("labserver.backends", "labserver.checks", "labserver.services", "labserver.routes")
     wrong = [
@@ -250,6 +289,10 @@ def test_architecture_names_every_module_and_layer() -> None:
     layers = _section(text, "Layers")
     for label, _prefixes in LAYERS:
         assert f"**{label}**" in layers, f"layer {label} is not in docs/architecture.md, section Layers"
+    for area in SERVICE_AREAS:
+        assert f"`services/{area}/`" in layers, (
+            f"services area {area} is not in docs/architecture.md, section Layers"
+        )
 
 
 def test_every_package_folder_has_a_readme() -> None:

@@ -22,8 +22,8 @@ from labserver.models import Attendee, CheckRun, CheckStatus, Event
 from labserver.routes.instructor.stream import GRID_KINDS, grid_event, prefetch
 from labserver.services.dashboard import grid_deltas
 from labserver.services.grading import checking
-from labserver.services.grading.queue_places import bands_up_to
 from labserver.services.joining.events import join
+from labserver.services.queue_places import bands_up_to
 from tests.conftest import EVENT_CODE
 
 LAB, STEP = "getting-started", "write-file"

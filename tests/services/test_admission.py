@@ -14,10 +14,10 @@ from labserver.backends.base import EnvRef, EnvSpec, ProgressCallback, Provision
 from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.live import Kind
-from labserver.services.grading.queue_places import band, bands_up_to
 from labserver.services.joining.events import create_event, join
 from labserver.services.provisioning.admission import Admission
 from labserver.services.provisioning.environments import admitted_create, spec_for
+from labserver.services.queue_places import band, bands_up_to
 
 
 async def _runner(

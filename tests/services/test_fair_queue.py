@@ -7,7 +7,7 @@ import asyncio
 from labserver.backends.base import CheckUsage
 from labserver.backends.meter import ProcessMeter
 from labserver.services.grading.fair_queue import CheckQueue, Ticket, order, pick
-from labserver.services.grading.queue_places import band, bands_up_to
+from labserver.services.queue_places import band, bands_up_to
 
 
 def T(a: int, seq: int) -> Ticket:

@@ -15,9 +15,9 @@ from labserver.backends.local import LocalBackend
 from labserver.config import DockerSettings, Settings
 from labserver.models import Environment
 from labserver.services.joining.events import create_event, join
+from labserver.services.operations.lifecycle import warm_open_events
 from labserver.services.provisioning.culling import cull_idle
 from labserver.services.provisioning.environments import ensure_environment
-from labserver.services.provisioning.lifecycle import warm_open_events
 
 
 class RecordingLocal(LocalBackend):

@@ -20,8 +20,8 @@ from labserver.backends.local import LocalBackend
 from labserver.config import Settings
 from labserver.live import Kind
 from labserver.models import Environment
+from labserver.services.dashboard.env_admin import stop_all
 from labserver.services.joining.events import create_event, join
-from labserver.services.provisioning.env_admin import stop_all
 from labserver.services.provisioning.environments import ensure_environment
 from tests.conftest import INSTRUCTOR_TOKEN, REPO, instructor_headers
 

@@ -44,11 +44,10 @@ from labserver.schemas import (
     media,
 )
 from labserver.services.context import AppContext
-from labserver.services.dashboard import room
+from labserver.services.dashboard import env_admin, room
 from labserver.services.grading import checking
 from labserver.services.joining import event_admin, seats
 from labserver.services.joining.event_admin import MAX_CAPACITY, EventError
-from labserver.services.provisioning import env_admin
 from labserver.services.provisioning.environments import event_labs, get_row, reset_lab
 from labserver.services.reporting.completion_chart import chart_svg
 from labserver.services.support import help

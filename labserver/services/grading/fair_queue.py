@@ -29,7 +29,7 @@ Rules
   are never idle.
 - A waiting check's **position** is its place in the order :func:`order` gives (1 = next); the
   attendee's page shows it (live event ``check.queued``).
-- **Positions are told by band** (:mod:`labserver.services.grading.queue_places`): a waiting check is told
+- **Positions are told by band** (:mod:`labserver.services.queue_places`): a waiting check is told
   its exact position when it is queued, and again only when its position enters another band. A slot
   handed on moves every waiting check one place, but only those on a band's edge are told: O(log n)
   live events per admission with n waiting, not n.
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from labserver.backends.meter import ProcessMeter, sample_all
 from labserver.observability import metrics
-from labserver.services.grading.queue_places import band
+from labserver.services.queue_places import band
 
 
 @dataclass(frozen=True)

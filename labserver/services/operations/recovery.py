@@ -22,7 +22,7 @@
   ``remove_container``; backends without graders have nothing to reap).
 
 The start's steps are called from the app's lifespan (labserver/app.py), the sweep from
-services/provisioning/lifecycle.py. Tests: tests/services/test_recovery.py (a real ``kill -9`` of a server
+services/operations/lifecycle.py. Tests: tests/services/test_recovery.py (a real ``kill -9`` of a server
 subprocess while a room presses Check; the sweep; a cancelled check),
 tests/backends/docker/test_crash_recovery.py (the same on Docker, with its grader).
 """

@@ -10,7 +10,7 @@ Promises:
   lowering it lets running starts finish and grants no new one until below the limit.
 - Every waiting ticket is told its place (``ahead``: starts granted before it, waiting) when it
   joins, and again when the queue's move puts it in another band
-  (:mod:`labserver.services.grading.queue_places`: exact for the first six, then about a fifth apart); the
+  (:mod:`labserver.services.queue_places`: exact for the first six, then about a fifth apart); the
   caller publishes it (``env.queue``, no database). A start granted tells O(log n) of the n waiting,
   not all of them.
 - A waiter that goes away (cancelled) leaves the queue and its place is given on.
@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from labserver.observability import metrics
-from labserver.services.grading.queue_places import band
+from labserver.services.queue_places import band
 
 #: backend reasons that mean "no room now": the start stays queued and is retried
 CAPACITY_REASONS = frozenset({"capacity", "no-room"})

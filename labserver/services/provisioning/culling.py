@@ -6,7 +6,7 @@ One policy, one act, one round:
 - :func:`select_idle` is the policy: pure, its inputs are timestamps and the time comes from the
   one clock (``labserver.clock``), so it is tested by moving a :class:`~labserver.clock.TestClock`;
 - :func:`cull` applies it to a set of environments of a backend and stops what it selects;
-- :func:`cull_idle` is one round of the housekeeping loop (:func:`labserver.services.provisioning.lifecycle.housekeeping`):
+- :func:`cull_idle` is one round of the housekeeping loop (:func:`labserver.services.operations.lifecycle.housekeeping`):
   activity from the database (the attendee's last request or check), environments an instructor or
   the attendee is watching in a terminal kept, each stopped environment stored ``stopped``
   (reason ``idle``) and published.

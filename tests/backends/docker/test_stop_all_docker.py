@@ -14,7 +14,7 @@ from sqlmodel import Session
 from labserver.app import create_app
 from labserver.backends.base import EnvState
 from labserver.config import DockerSettings
-from labserver.services.provisioning.env_admin import stop_all
+from labserver.services.dashboard.env_admin import stop_all
 from labserver.services.provisioning.environments import ensure_environment
 from tests.services.test_stop_all import settings_for, start_room, states
 
