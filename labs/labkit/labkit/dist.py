@@ -517,7 +517,7 @@ def run_ranks(
     """
     import torch
 
-    from .check import runner, zygote
+    from .check import runner, spending, zygote
 
     file = os.fspath(file)
     call = f"{file}: {func}()"
@@ -628,7 +628,7 @@ def run_ranks(
                     _code, _timed_out, cpu = client.wait(ident, 0)
                 except zygote.ZygoteGone as exc:
                     raise RuntimeError(f"labkit.dist: {exc}") from exc
-                runner._add_spawned_cpu(cpu)
+                spending.add_spawned_cpu(cpu)
         events, _ = read_states()
         exits = read_exits()
         ranks = []

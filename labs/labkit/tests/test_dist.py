@@ -90,13 +90,13 @@ def test_values_from_every_rank(lab: Path) -> None:
 
 
 def test_the_supervisor_is_forked_by_the_fork_server_and_its_cpu_counted(lab: Path) -> None:
-    from labkit.check import runner
+    from labkit.check import spending
 
     (lab / "torch.py").write_text("raise SystemExit('an attendee file must not shadow torch')\n")
-    before = runner.spawned_cpu_s()
+    before = spending.spawned_cpu_s()
     res = ldist.run_ranks("att.py", "pipe", 4)
     assert res.ok, res.stderr
-    assert runner.spawned_cpu_s() > before  # the ranks' CPU, measured by the fork server
+    assert spending.spawned_cpu_s() > before  # the ranks' CPU, measured by the fork server
 
 
 def test_rank_args_and_clean_environment(lab: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _child, _pyforward, zygote
+from . import _child, _pyforward, spending, zygote
 from .verdict import Failure, msg
 
 __all__ = ["AttendeeError", "CallResult", "Frame", "ScriptResult", "child_env", "run_function", "run_script"]
@@ -202,14 +202,17 @@ def _zygote() -> zygote.Client:
             _client = zygote.Client(socket.socket(fileno=int(fd_text)))
         else:
             _client = zygote.start(child_env(), cwd=os.getcwd())
-            _add_spawned_cpu(_client.preload_cpu_s)
+            spending.add_spawned_cpu(_client.preload_cpu_s)
     return _client
 
 
-def _reset_after_fork() -> None:
-    """Forget the state of the process this one was forked from (the zygote's, a checker's)."""
-    global _client, _spawned_cpu_s
-    _client, _spawned_cpu_s = None, 0.0
+def _forget_client() -> None:
+    """A process forked from this one does not share its zygote connection."""
+    global _client
+    _client = None
+
+
+spending.on_fork(_forget_client)
 
 
 def _noexec(path: str) -> bool:
@@ -261,7 +264,7 @@ def _run(
         except zygote.ZygoteGone as exc:
             # the platform's fault: a checker error (exit 2), never a verdict about the attendee
             raise RuntimeError(f"labkit.check: {exc}") from exc
-    _add_spawned_cpu(cpu)
+    spending.add_spawned_cpu(cpu)
     return code, _read_capped(out_path), _read_capped(err_path), timed_out
 
 
@@ -398,17 +401,3 @@ def run_script(
             "exec", wrapper, os.getcwd(), child_env(env), timeout, tmp, fork_python
         )
     return ScriptResult(code, stdout, stderr, timed_out)
-
-
-_spawned_cpu_s = 0.0
-
-
-def spawned_cpu_s() -> float:
-    """CPU seconds (user + system) of the attendee-code children this process had run for it that
-    ``getrusage(RUSAGE_CHILDREN)`` does not see (children forked by a fork server, not by us)."""
-    return _spawned_cpu_s
-
-
-def _add_spawned_cpu(seconds: float) -> None:
-    global _spawned_cpu_s
-    _spawned_cpu_s += max(0.0, float(seconds))

@@ -25,6 +25,8 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
+from . import spending
+
 __all__ = ["Failure", "cpu_seconds", "failed", "main", "msg", "passed", "result", "table"]
 
 MAX_MESSAGE_CHARS = 8000
@@ -86,12 +88,11 @@ def _clean_metrics(metrics: Mapping[str, object] | None) -> dict[str, float | in
 def cpu_seconds() -> float:
     """The CPU seconds (user + system) this check has cost so far: this process, its children it
     waited for (``RUSAGE_CHILDREN``) and the attendee-code children a fork server ran for it
-    (:func:`labkit.check.runner.spawned_cpu_s`), which ``RUSAGE_CHILDREN`` does not see."""
-    from .runner import spawned_cpu_s  # runner imports this module: import at call time
+    (:func:`labkit.check.spending.spawned_cpu_s`), which ``RUSAGE_CHILDREN`` does not see."""
 
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + spawned_cpu_s()
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + spending.spawned_cpu_s()
     return round(total, 3)
 
 

@@ -73,7 +73,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _child
+from . import _child, spending
 
 MAX_MESSAGE = 64 * 1024
 MAX_FDS = 8
@@ -366,15 +366,13 @@ def _run_script(command: list[str], memory_mb: int, cpu_s: int, zygote_pid: int)
 
 def _run_checker(path: str, zygote_pid: int) -> None:
 
-    from . import runner
-
     _child.set_non_dumpable()
     with contextlib.suppress(OSError, AttributeError):
         _child._libc().prctl(_child.PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != zygote_pid:
         os._exit(125)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    runner._reset_after_fork()
+    spending.reset_after_fork()
     sys.argv = [path]
     _run_main(path)
 
