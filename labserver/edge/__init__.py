@@ -1,0 +1,1 @@
+"""The HTTP edge: body limits, CSRF, request observation, safe JSON (README.md)."""

@@ -1,0 +1,1 @@
+"""Metrics and structured logs (README.md)."""

@@ -1,0 +1,1 @@
+"""Attendee shells as the server holds them: sessions, recordings, sharing (README.md)."""

@@ -1,0 +1,1 @@
+"""The Check button: the fair queue, running and committing checks, not-gradable runs (README.md)."""

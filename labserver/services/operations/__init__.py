@@ -1,0 +1,1 @@
+"""The server looking after itself: doctor, /metrics, housekeeping, recovery after a crash (README.md)."""

@@ -1,0 +1,1 @@
+"""Environments: state changes, admission, image and limits, warm pools, culling, saving files (README.md)."""

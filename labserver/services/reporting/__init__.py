@@ -1,0 +1,1 @@
+"""Progress, hints, progress files, completion records and the post-event report (README.md)."""
