@@ -80,3 +80,22 @@ def test_check_command_runs_a_step_in_a_plain_terminal(tmp_path: Path, monkeypat
     result = runner.invoke(cli, ["check", "getting-started", "write-file"])
     assert result.exit_code == 0 and "[passed]" in result.output, result.output
     assert not (tmp_path / "ws" / ".labserver-env.json").exists()  # left as it was
+
+
+def test_a_check_that_runs_out_of_time_names_the_budget_it_had(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a step with a recorded cost gets a wall budget far below its timeout_s
+    # (labserver.checks.timeouts.wall_budget): the timeout message must name that budget
+    import shutil
+
+    from labserver.checks.timeouts import BUDGET_FLOOR_S
+
+    labs = tmp_path / "labs"
+    shutil.copytree(REPO / "labs" / "getting-started", labs / "getting-started")
+    (labs / "getting-started" / "checks" / "03_write_file.py").write_text("import time\n\ntime.sleep(600)\n")
+    folder = tmp_path / "ws" / "getting-started"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("LABSERVER_LABS_DIR", str(labs))
+    monkeypatch.chdir(folder)
+    result = CliRunner().invoke(cli, ["check", "getting-started", "write-file"])
+    assert "[timeout]" in result.output, result.output
+    assert f"within {BUDGET_FLOOR_S:g} s" in result.output, result.output

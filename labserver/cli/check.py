@@ -112,7 +112,8 @@ def run_cli_check(settings: Settings, lab_id: str, step_id: str, lab_dir: Path |
     finally:
         if created_marker:
             marker.unlink(missing_ok=True)
-    verdict = interpret(raw, step.spec.timeout_s)
+    # the wall budget the check really had (from its recorded cost), not the step's timeout_s
+    verdict = interpret(raw, request.timeout_s, cost_s=lab.costs.get(step.id))
     print_verdict(verdict, raw.log.decode("utf-8", "replace"))
     if learner:
         selfpaced.record_check(*learner, lab_id, step.id, verdict, raw)
