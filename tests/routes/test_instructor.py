@@ -437,7 +437,7 @@ def test_pages_render_dashboard_and_drill_down(client: TestClient, event: Event)
 
 def test_stream_translation_of_other_kinds(app: FastAPI, event: Event) -> None:
     from labserver.live import LiveEvent
-    from labserver.routes.instructor.router import stream as instructor_stream
+    from labserver.routes.instructor import stream as instructor_stream
 
     def translate(*args: Any) -> Any:
         return instructor_stream.translate(*args)

@@ -9,7 +9,7 @@ from labserver.i18n import LOCALE_DIR
 from tests.conftest import REPO
 
 MAPPING = [
-    ("labserver/routes/instructor*.py", "python"),
+    ("labserver/routes/instructor/*.py", "python"),
     ("web/templates/instructor*.html", "jinja2"),
     ("web/templates/_instructor*.html", "jinja2"),
 ]

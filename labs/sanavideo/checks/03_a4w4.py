@@ -26,6 +26,15 @@ MIN_PSNR = 34.0
 SEEDS = tuple(range(12))  # the seeds the thresholds were set on
 MIN_COSINE = 0.999
 RULE_NAMES = {
+    "log2": msg(
+        "floor(torch.log2(amax)): log2 of a float rounds, and for an amax just under a power of two "
+        "(one float32 ulp under 2^k, a block every press has) it gives k instead of k - 1, a scale twice "
+        "too large. Read the exponent exactly: torch.frexp(amax) gives amax = m * 2^e with 0.5 <= m < 1, "
+        "so floor(log2(amax)) = e - 1",
+        "floor(torch.log2(amax))：浮点数的 log2 会舍入，amax 恰好比 2 的幂小一点时（比 2^k 小一个 float32 ulp，"
+        "每次检查都有这样的块）它给出 k 而不是 k - 1，scale 大了一倍。请精确读取指数：torch.frexp(amax) 给出 "
+        "amax = m * 2^e（0.5 <= m < 1），所以 floor(log2(amax)) = e - 1",
+    ),
     "ceil": msg("ceil(log2(amax)) instead of floor", "用了 ceil(log2(amax)) 而不是 floor"),
     "amax/max": msg(
         "amax / element_max, which is not a power of two (E8M0 can only store 2^k)",

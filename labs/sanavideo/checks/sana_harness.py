@@ -20,6 +20,7 @@ sys.path.insert(0, str(HERE))
 
 import sanacheck as sc  # noqa: E402  (puts the lab's upstream TinySana first on sys.path)
 from labkit import emu  # noqa: E402
+from labkit.check.draws import Draws  # noqa: E402
 from tinysana import layers, offload, profiler  # noqa: E402
 from tinysana.model import TinySana  # noqa: E402
 from tinysana.sampling import generate  # noqa: E402
@@ -324,8 +325,18 @@ def scale_rule_cases(case_seed: int) -> torch.Tensor:
     rows += list(torch.randn(8, 32, generator=g) * torch.logspace(-2, 2, 8)[:, None])
     r = torch.Generator().manual_seed(case_seed)
     rows += list(
-        torch.randn(12, 32, generator=r) * torch.exp2(torch.randint(-12, 12, (12, 1), generator=r).float())
+        torch.randn(10, 32, generator=r) * torch.exp2(torch.randint(-12, 12, (10, 1), generator=r).float())
     )
+    # on every press, two blocks whose amax is one float32 ulp under a power of two 2^k (k drawn, one
+    # above 1 and one below 1): floor(log2(amax)) computed in floating point rounds up there, one scale
+    # too large (for k <= -2 and k >= 3 here; near 1 the spacing of the floats is fine enough that it
+    # may not, and the exact k where it starts depends on the CPU's log2)
+    edges = Draws(seed=case_seed)
+    for lo_exp, hi_exp in ((3, 10), (-6, -2)):
+        below, _p, _ = edges.float_edges("float32", lo_exp=lo_exp, hi_exp=hi_exp)
+        block = torch.rand(32, generator=r) * below * 0.9
+        block[int(torch.randint(0, 32, (1,), generator=r))] = below
+        rows.append(block * edges.random.choice([1.0, -1.0]))
     return torch.stack(rows).reshape(8, 128)
 
 
@@ -366,6 +377,7 @@ def _wrong_rules(x: torch.Tensor, fmt: str) -> dict[str, torch.Tensor]:
     amax = blocks.abs().amax(-1, keepdim=True).clamp_min(1e-30)
     out = {}
     for name, scale in (
+        ("log2", torch.exp2(torch.floor(torch.log2(amax)) - f.emax)),
         ("ceil", torch.exp2(torch.ceil(torch.log2(amax)) - f.emax)),
         ("amax/max", amax / f.max),
         ("no emax", torch.exp2(torch.floor(torch.log2(amax)))),
