@@ -150,10 +150,10 @@ def refuse_unmappable(src: Path, index: dict[str, Any]) -> None:
             "multi-host",
         )
     for name, text in _scripts(src, details):
-        if OTHER_NODE.search(text):
+        if node := OTHER_NODE.search(text):
             raise NotMappable(
-                f"{src.name}/{name} reaches another host ({OTHER_NODE.search(text).group(0)!r}): a lab "  # type: ignore[union-attr]
-                "environment is one machine per attendee.",
+                f"{src.name}/{name} reaches another host ({node.group(0)!r}): a lab environment is "
+                "one machine per attendee.",
                 "multi-host",
             )
 
@@ -224,10 +224,8 @@ def _scan(text: str, where: str, warnings: list[str]) -> None:
             f"{where}: {path} is outside the lab folder, where an attendee cannot write: use a path "
             "in the lab folder (the check runs there, with HOME set to it)"
         )
-    if TRAFFIC.search(text):
-        warnings.append(
-            f"{where}: {TRAFFIC.search(text).group(0)} (a port shown in the browser) does not map"
-        )  # type: ignore[union-attr]
+    if traffic := TRAFFIC.search(text):
+        warnings.append(f"{where}: {traffic.group(0)} (a port shown in the browser) does not map")
 
 
 def import_scenario(src: Path, dest: Path, lab_id: str | None = None) -> Imported:
@@ -252,7 +250,7 @@ def import_scenario(src: Path, dest: Path, lab_id: str | None = None) -> Importe
     _copy_assets(src, details, starter, result.warnings)
     intro, finish = details.get("intro") or {}, details.get("finish") or {}
     intro_setup = _setup(src, intro, "intro", starter)
-    spec_steps = []
+    spec_steps: list[dict[str, Any]] = []
     for i, page in enumerate(steps, start=1):
         title = str(page.get("title") or f"Step {i}")
         step_id = slug(title, f"step-{i}")

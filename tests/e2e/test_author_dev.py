@@ -42,7 +42,9 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]
 
 @pytest.fixture
 def author_page(browser: Browser, dev_server: LiveServer) -> Iterator[Page]:
-    context = browser.new_context(base_url=dev_server.url, viewport={"width": 1366, "height": 768}, locale="en-US")
+    context = browser.new_context(
+        base_url=dev_server.url, viewport={"width": 1366, "height": 768}, locale="en-US"
+    )
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
