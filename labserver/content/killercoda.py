@@ -14,8 +14,8 @@ steps[i].title, .text     step ``i+1``: ``title``, ``steps/NN-<slug>.md`` (no ``
                           lists it as missing)
 intro.text, finish.text   the top of the first step, the end of the last step
 steps[i].verify           ``checks/NN_<slug>.verify.sh`` run by ``checks/NN_<slug>.py``
-                          (:func:`labkit.check.shell_check`): exit 0 passes, its output is the
-                          message; in the attendee's sandbox, like any check
+                          (``checks/verify_sh.py``): exit 0 passes, its output is the message;
+                          in the attendee's sandbox, like any check
 no verify                 a check that passes for anyone (reported: write a verify.sh)
 background.sh,            copied to ``starter/.setup/``; a "Run in terminal" block at the top of
 foreground.sh             the step runs them, and so does the step's ``solve`` in the self-test
@@ -58,15 +58,64 @@ FENCE_MARK = re.compile(r"^([ \t]*```)\{\{[^}]*\}\}[ \t]*$", re.M)
 INLINE_EXEC_LINE = re.compile(r"^[ \t]*`([^`\n]+)`\{\{\s*exec(?:\s+interrupt)?\s*\}\}[ \t]*$", re.M)
 INLINE_MARK = re.compile(r"(`[^`\n]+`)\{\{[^}]*\}\}")
 
+#: the lab's one helper for its verify.sh checks (written once per imported lab, so the lab needs
+#: nothing of labkit beyond what every image has: run_script, Failure, msg)
+VERIFY_HELPER = '''\
+"""A shell script as a step's check (a Killercoda verify.sh; written by labserver import killercoda).
+
+Exit status 0 passes, anything else fails (a status, a signal, a timeout), and the script's last
+lines are the message. The script is the lab's, but what it looks at is the attendee's: it runs
+through labkit.check.run_script, in a child process in the lab folder with the result channel
+closed, the LAB_* secrets removed, time and memory limits, and HOME set to the lab folder (a
+scenario's ~ is where the attendee works). So a script that sources an attendee's file, or an
+attendee's program it calls, can print or exit as it likes: it never writes the verdict."""
+
+import os
+from pathlib import Path
+
+from labkit.check import Failure, msg, run_script
+
+MAX_LINES = 20  # of the script's output, shown in the message
+
+
+def shell_check(script, timeout=30):
+    """A check function for labkit.check.main that runs `bash script` in the lab folder."""
+    path = Path(script)
+
+    def check():
+        out = run_script(["bash", str(path)], timeout=timeout, env={"HOME": os.getcwd()})
+        lines = (out.stdout + "\\n" + out.stderr).strip().splitlines()
+        said = "\\n".join(line.rstrip() for line in lines[-MAX_LINES:])
+        tail = f"\\n{said}" if said else ""
+        if out.timed_out:
+            raise Failure(
+                msg(f"{path.name} did not finish in {timeout:g} s (is it waiting for something not there yet?)",
+                    f"{path.name} 没有在 {timeout:g} 秒内结束（它是否在等一个还不存在的东西？）") + tail
+            )
+        if out.exit_code == 0:
+            return msg("Done: this step's check passed.", "完成：这一步的检查通过了。") + tail
+        raise Failure(
+            msg(f"Not yet: this step's check ({path.name}) exited with status {out.exit_code}.",
+                f"还没有完成：这一步的检查（{path.name}）以状态 {out.exit_code} 退出。") + tail
+        )
+
+    return check
+'''
+
 CHECKER = '''\
 """Step {n}'s verify.sh from the Killercoda scenario (labserver import killercoda): exit 0 passes,
 its output is the message. It runs in a child process of this check, in the attendee's sandbox."""
 
+import sys
 from pathlib import Path
 
-from labkit.check import main, shell_check
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # this folder (verify_sh.py), not the attendee's
 
-main(shell_check(Path(__file__).with_name("{script}")))
+from labkit.check import main  # noqa: E402
+from verify_sh import shell_check  # noqa: E402
+
+main(shell_check(HERE / "{script}"))
 '''
 
 NO_VERIFY_CHECKER = '''\
@@ -247,6 +296,7 @@ def import_scenario(src: Path, dest: Path, lab_id: str | None = None) -> Importe
     starter = dest / "starter"
     for folder in ("steps", "checks", "solution", "starter"):
         (dest / folder).mkdir(parents=True, exist_ok=True)
+    (dest / "checks" / "verify_sh.py").write_text(VERIFY_HELPER, encoding="utf-8")
     _copy_assets(src, details, starter, result.warnings)
     intro, finish = details.get("intro") or {}, details.get("finish") or {}
     intro_setup = _setup(src, intro, "intro", starter)

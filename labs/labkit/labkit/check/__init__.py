@@ -27,7 +27,6 @@ from .runner import (
     run_function,
     run_script,
 )
-from .shell import shell_check
 from .verdict import Failure, cpu_seconds, failed, main, msg, passed, result, table
 
 __all__ = [
@@ -50,7 +49,6 @@ __all__ = [
     "result",
     "run_function",
     "run_script",
-    "shell_check",
     "table",
 ]
 
