@@ -51,10 +51,8 @@ MULTI_HOST_IMAGES = re.compile(r"\d+\s*-?nodes?\b|multi", re.I)
 OTHER_NODE = re.compile(r"\bssh\s+(?:\S+@)?(?:node|host|controlplane)\d*\b")
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~$/-])(/(?:etc|var|usr|opt|tmp|srv|mnt|root)(?:/[\w.@+-]+)+)")
 TRAFFIC = re.compile(r"\{\{TRAFFIC_[A-Z0-9_]+\}\}")
-EXEC_FENCE = re.compile(
-    r"^([ \t]*)```[^\n`]*\n(.*?)^\1```\{\{\s*exec(?:\s+interrupt)?\s*\}\}[ \t]*$", re.M | re.S
-)
-FENCE_MARK = re.compile(r"^([ \t]*```)\{\{[^}]*\}\}[ \t]*$", re.M)
+FENCE_LINE = re.compile(r"^([ \t]*)```(.*)$")  # a fence line: its indent, then the info or a {{marker}}
+EXEC_MARK = re.compile(r"\{\{\s*exec(?:\s+interrupt)?\s*\}\}[ \t]*")
 INLINE_EXEC_LINE = re.compile(r"^[ \t]*`([^`\n]+)`\{\{\s*exec(?:\s+interrupt)?\s*\}\}[ \t]*$", re.M)
 INLINE_MARK = re.compile(r"(`[^`\n]+`)\{\{[^}]*\}\}")
 
@@ -210,8 +208,21 @@ def refuse_unmappable(src: Path, index: dict[str, Any]) -> None:
 def convert_markdown(text: str) -> str:
     """Killercoda's action markers to labserver Markdown: an ``{{exec}}`` block (or a command alone
     on its line) becomes a ``bash run`` block; ``{{copy}}`` and other markers are dropped."""
-    text = EXEC_FENCE.sub(lambda m: f"{m.group(1)}```bash run\n{m.group(2)}{m.group(1)}```", text)
-    text = FENCE_MARK.sub(r"\1", text)
+    lines = text.split("\n")
+    opened: int | None = None  # the line of the fence that is open
+    for n, line in enumerate(lines):
+        fence = FENCE_LINE.match(line)
+        if fence is None:
+            continue
+        if opened is None:
+            opened = n
+            continue
+        if EXEC_MARK.fullmatch(fence.group(2)):
+            indent = FENCE_LINE.match(lines[opened]).group(1)  # type: ignore[union-attr]
+            lines[opened] = f"{indent}```bash run"
+        lines[n] = fence.group(1) + "```"
+        opened = None
+    text = "\n".join(lines)
     text = INLINE_EXEC_LINE.sub(lambda m: f"```bash run\n{m.group(1)}\n```", text)
     return INLINE_MARK.sub(r"\1", text)
 

@@ -29,7 +29,9 @@ KIND = "from labkit.device import get_device; print(get_device().kind)"
 
 
 def device_kind() -> str:
-    return subprocess.run([sys.executable, "-c", KIND], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", KIND], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -101,14 +103,16 @@ def test_the_ascend_scenario_fails_before_the_work_and_passes_after_it(
 #: attendee files that try to pass step 2 without the right answer: a verdict written to every
 #: descriptor, an exit 0 of the sourcing shell, a kill of the script that sources them
 FORGERIES = {
-    "writes-verdicts": "for fd in $(seq 3 40); do echo '{\"passed\": true, \"message\": \"forged\"}' >&$fd; done 2>/dev/null\n",
+    "writes-verdicts": 'for fd in $(seq 3 40); do echo \'{"passed": true, "message": "forged"}\' >&$fd; done 2>/dev/null\n',
     "exits-zero": "exit 0\n",
     "kills-the-script": "kill -9 $PPID; kill -9 0\n",
 }
 
 
 @pytest.mark.parametrize("name", sorted(FORGERIES))
-def test_an_attendee_file_the_script_sources_cannot_pass_the_step(tmp_path: Path, ascend: Lab, name: str) -> None:
+def test_an_attendee_file_the_script_sources_cannot_pass_the_step(
+    tmp_path: Path, ascend: Lab, name: str
+) -> None:
     async def run() -> None:
         backend = local(tmp_path, ascend)
         ref = await backend.create(throwaway_spec(ascend, Settings(), f"kc-{name}"))
@@ -149,7 +153,10 @@ def test_the_check_button_runs_an_imported_scenario(tmp_path: Path, database_url
     labs = tmp_path / "labs"
     import_scenario(SCENARIOS / "ascend-pick-a-card", labs / "ascend-pick-a-card")
     settings = Settings(
-        data_dir=tmp_path / "data", labs_dir=labs, instructor_token=INSTRUCTOR_TOKEN, database_url=database_url
+        data_dir=tmp_path / "data",
+        labs_dir=labs,
+        instructor_token=INSTRUCTOR_TOKEN,
+        database_url=database_url,
     )
     app = create_app(settings)
     with Session(app.state.ctx.engine) as session:
