@@ -60,11 +60,8 @@ def import_killercoda(
     dest = out or Path(scenario.resolve().name)
     try:
         result = import_scenario(scenario, dest, lab_id)
-    except NotMappable as exc:
+    except (NotMappable, FileExistsError) as exc:  # what cannot run, or a folder already there
         typer.echo(f"error: cannot import {scenario}: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except FileExistsError as exc:
-        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"wrote the lab {result.lab.name} in {result.lab}/")
     for warning in result.warnings:
