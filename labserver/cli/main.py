@@ -82,7 +82,7 @@ def serve(
     ] = None,
 ) -> None:
     """Start the server. On first start it opens a default event and prints its join code and the
-    instructor token. ``--dev LAB_DIR...``: an author's server for those labs (docs/writing-labs.md)."""
+    instructor token. With --dev LAB_DIR...: an author's server for those labs (docs/writing-labs.md)."""
     import logging.config
 
     import uvicorn
