@@ -121,15 +121,27 @@ def swiglu(x, dim=-1, gate=F.silu, first_half=True):
 
 
 MISTAKES = [  # (a wrong formula, what to tell the attendee)
-    (lambda x, dim: swiglu(x, dim, first_half=False),
-     msg("silu gates the second half: the first half is the gate, silu(a) * b",
-         "silu 作用在了后一半上：前一半才是门，silu(a) * b")),
-    (lambda x, dim: swiglu(x, dim, gate=torch.sigmoid),
-     msg("you compute sigmoid(a) * b: SiLU is a * sigmoid(a)",
-         "你算的是 sigmoid(a) * b：SiLU 是 a * sigmoid(a)")),
-    (lambda x, dim: swiglu(x, -1),
-     msg("x is split on the last dimension whatever dim is passed: split on dim",
-         "无论传入什么 dim，x 都在最后一维上切分：应沿 dim 切分")),
+    (
+        lambda x, dim: swiglu(x, dim, first_half=False),
+        msg(
+            "silu gates the second half: the first half is the gate, silu(a) * b",
+            "silu 作用在了后一半上：前一半才是门，silu(a) * b",
+        ),
+    ),
+    (
+        lambda x, dim: swiglu(x, dim, gate=torch.sigmoid),
+        msg(
+            "you compute sigmoid(a) * b: SiLU is a * sigmoid(a)",
+            "你算的是 sigmoid(a) * b：SiLU 是 a * sigmoid(a)",
+        ),
+    ),
+    (
+        lambda x, dim: swiglu(x, -1),
+        msg(
+            "x is split on the last dimension whatever dim is passed: split on dim",
+            "无论传入什么 dim，x 都在最后一维上切分：应沿 dim 切分",
+        ),
+    ),
 ]
 
 
@@ -148,32 +160,54 @@ def cases():
 
 def check():
     for x, dim in cases():
-        where = msg(f"For x of shape {tuple(x.shape)} {x.dtype}, dim={dim}: ",
-                    f"对于形状为 {tuple(x.shape)} 的 {x.dtype} 输入 x，dim={dim}：")
+        where = msg(
+            f"For x of shape {tuple(x.shape)} {x.dtype}, dim={dim}: ",
+            f"对于形状为 {tuple(x.shape)} 的 {x.dtype} 输入 x，dim={dim}：",
+        )
         got = run_function("swiglu.py", "swiglu", x, dim=dim).unwrap(
-            msg("Open swiglu.py and replace the `raise NotImplementedError` with your code.",
-                "打开 swiglu.py，把 `raise NotImplementedError` 换成你的实现。"))
+            msg(
+                "Open swiglu.py and replace the `raise NotImplementedError` with your code.",
+                "打开 swiglu.py，把 `raise NotImplementedError` 换成你的实现。",
+            )
+        )
         want = swiglu(x, dim)
         for wrong, why in MISTAKES:
             mistake = wrong(x, dim)
-            if (isinstance(got, torch.Tensor) and got.shape == mistake.shape
-                    and not (mistake.shape == want.shape and torch.allclose(mistake.float(), want.float()))
-                    and torch.allclose(got.float(), mistake.float(), rtol=1e-2, atol=1e-3)):
+            if (
+                isinstance(got, torch.Tensor)
+                and got.shape == mistake.shape
+                and not (mistake.shape == want.shape and torch.allclose(mistake.float(), want.float()))
+                and torch.allclose(got.float(), mistake.float(), rtol=1e-2, atol=1e-3)
+            ):
                 raise Failure(where + why)
         if x.dtype != torch.float32 and isinstance(got, torch.Tensor) and got.shape == want.shape:
             off = (got.float() != want.float()).float().mean().item()  # float32 math rounds the same
             if off > 0.02:
-                raise Failure(where + msg(
-                    f"{off:.0%} of the elements differ from float32 math rounded once: compute in float32 "
-                    "(x.float()) and cast y back to x's dtype at the end",
-                    f"{off:.0%} 的元素与 float32 计算后舍入一次的结果不同：请用 float32 计算（x.float()），"
-                    "最后再把 y 转回 x 的数据类型"))
+                raise Failure(
+                    where
+                    + msg(
+                        f"{off:.0%} of the elements differ from float32 math rounded once: compute in float32 "
+                        "(x.float()) and cast y back to x's dtype at the end",
+                        f"{off:.0%} 的元素与 float32 计算后舍入一次的结果不同：请用 float32 计算（x.float()），"
+                        "最后再把 y 转回 x 的数据类型",
+                    )
+                )
         exact = x.dtype == torch.float32  # bf16: one rounding step apart at most
-        expect_close("swiglu(x)", got, want, atol=1e-6 if exact else 1e-2, rtol=1e-5 if exact else 2**-7,
-                     hint=where + msg("y = silu(a) * b with a, b = x.chunk(2, dim)",
-                                      "y = silu(a) * b，其中 a, b = x.chunk(2, dim)"))
-    return msg("swiglu matches npu_swiglu on 4 inputs you had not seen (2-D, 3-D, dim=0, bf16).",
-               "swiglu 在 4 组你没见过的输入上与 npu_swiglu 一致（二维、三维、dim=0、bf16）。")
+        expect_close(
+            "swiglu(x)",
+            got,
+            want,
+            atol=1e-6 if exact else 1e-2,
+            rtol=1e-5 if exact else 2**-7,
+            hint=where
+            + msg(
+                "y = silu(a) * b with a, b = x.chunk(2, dim)", "y = silu(a) * b，其中 a, b = x.chunk(2, dim)"
+            ),
+        )
+    return msg(
+        "swiglu matches npu_swiglu on 4 inputs you had not seen (2-D, 3-D, dim=0, bf16).",
+        "swiglu 在 4 组你没见过的输入上与 npu_swiglu 一致（二维、三维、dim=0、bf16）。",
+    )
 
 
 main(check)
@@ -222,7 +256,9 @@ MUTANTS = {
         'what: {en: "sigmoid used as the gate instead of SiLU", zh: "用 sigmoid 代替了 SiLU 作门"}\n'
         "class: logic\n"
         'expect: {en: "sigmoid(a) * b", zh: "sigmoid(a) * b"}\n',
-        _mutant("    a, b = x.float().chunk(2, dim)\n    return (torch.sigmoid(a) * b).to(x.dtype)\n"),
+        _mutant(
+            "    a, b = x.float().chunk(2, dim)\n    return (torch.sigmoid(a) * b).to(x.dtype)\n"
+        ).replace("import torch.nn.functional as F\n", ""),
     ),
     "last-dim-only": (
         'what: {en: "dim ignored: always split on the last dimension", zh: "忽略了 dim：总在最后一维切分"}\n'

@@ -46,6 +46,20 @@ def test_the_lab_has_both_languages_three_mutants_and_a_failing_starter(tmp_path
     assert lint_lab(tmp_path / "swiglu-lab") == []
 
 
+def test_the_new_lab_is_written_as_the_repository_writes_python(tmp_path: Path) -> None:
+    """ruff (the repository's settings) finds nothing to change: a lab made here can be committed."""
+    new_lab(tmp_path / "my-lab")
+    config = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    for args in (["check"], ["format", "--check"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "ruff", *args, "--config", str(config), str(tmp_path / "my-lab")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("name", ["My Lab", "-lab", "lab_1", "x" * 70])
 def test_a_name_that_cannot_be_a_lab_id_is_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(ScaffoldRefused, match="cannot be a lab id"):
