@@ -173,8 +173,8 @@ def _scripts(src: Path, details: dict[str, Any]) -> list[tuple[str, str]]:
     for page in pages:
         for key in ("verify", "background", "foreground"):
             name = page.get(key) if isinstance(page, dict) else None
-            if isinstance(name, str) and (src / name).is_file():
-                out.append((name, (src / name).read_text(encoding="utf-8", errors="replace")))
+            if (path := scenario_file(src, name)) is not None:
+                out.append((str(name), path.read_text(encoding="utf-8", errors="replace")))
     return out
 
 
@@ -227,15 +227,29 @@ def convert_markdown(text: str) -> str:
     return INLINE_MARK.sub(r"\1", text)
 
 
+def scenario_file(src: Path, name: object) -> Path | None:
+    """The file ``name`` (from index.json) names inside the scenario folder; None when it is not a
+    string, not there, or not inside the folder (``../``, an absolute path, a link that leads out):
+    a scenario from elsewhere never makes the import read the author's other files."""
+    if not isinstance(name, str) or not name:
+        return None
+    path = src / name
+    try:
+        inside = path.resolve().is_relative_to(src.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        return None
+    return path if inside and path.is_file() else None
+
+
 def _read_page(src: Path, page: dict[str, Any], warnings: list[str]) -> str:
     name = page.get("text")
     if not name:
         return ""
-    path = src / name
-    if not path.is_file():
-        warnings.append(f"{name}: the text file index.json names does not exist")
+    path = scenario_file(src, name)
+    if path is None:
+        warnings.append(f"{name}: the text file index.json names is not a file in the scenario folder")
         return ""
-    return path.read_text(encoding="utf-8")
+    return path.read_text(encoding="utf-8", errors="replace")
 
 
 def _copy_assets(src: Path, details: dict[str, Any], starter: Path, warnings: list[str]) -> None:
@@ -250,7 +264,7 @@ def _copy_assets(src: Path, details: dict[str, Any], starter: Path, warnings: li
             rel = rel.lstrip("/")
         base = src / "assets"
         matches = [Path(p) for p in glob.glob(pattern, root_dir=base, recursive=True)]
-        files = [m for m in matches if (base / m).is_file()]
+        files = [m for m in matches if scenario_file(base, str(m)) is not None]
         if not files:
             warnings.append(f"asset {pattern!r} matches no file under assets/")
         for found in files:
@@ -269,11 +283,11 @@ def _setup(src: Path, page: dict[str, Any], label: str, starter: Path) -> str:
     that runs them ("" when there are none)."""
     commands = []
     for key in ("background", "foreground"):
-        name = page.get(key)
-        if isinstance(name, str) and (src / name).is_file():
+        path = scenario_file(src, page.get(key))
+        if path is not None:
             dest = starter / SETUP_DIR / f"{label}-{key}.sh"
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / name, dest)
+            shutil.copyfile(path, dest)
             commands.append(f"bash {SETUP_DIR}/{dest.name}")
     return " && ".join(commands)
 
@@ -333,10 +347,10 @@ def import_scenario(src: Path, dest: Path, lab_id: str | None = None) -> Importe
         md = f"steps/{i:02d}-{step_id}.md"
         (dest / md).write_text(text, encoding="utf-8")
         _scan(text, md, result.warnings)
-        verify = page.get("verify")
-        if isinstance(verify, str) and (src / verify).is_file():
+        verify = scenario_file(src, page.get("verify"))
+        if verify is not None:
             script = f"{stem}.verify.sh"
-            body = (src / verify).read_text(encoding="utf-8", errors="replace")
+            body = verify.read_text(encoding="utf-8", errors="replace")
             (dest / "checks" / script).write_text(body, encoding="utf-8")
             (dest / "checks" / f"{stem}.py").write_text(CHECKER.format(n=i, script=script), encoding="utf-8")
             _scan(body, f"checks/{script}", result.warnings)

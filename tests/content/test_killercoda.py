@@ -184,3 +184,23 @@ def test_the_command_prints_warnings_translation_and_refusals(tmp_path: Path) ->
     assert again.returncode == 2 and "exists" in again.stderr
     refused = run(str(SCENARIOS / "kubernetes-2node-multi-step-verification"))
     assert refused.returncode == 2 and "Kubernetes playground" in refused.stderr
+
+
+def test_a_scenario_cannot_make_the_import_read_files_outside_its_folder(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the author's private file\n")
+    src = tmp_path / "scenario"
+    (src / "assets").mkdir(parents=True)
+    (src / "assets" / "link.txt").symlink_to(secret)
+    (src / "step.md").symlink_to(secret)
+    (src / "index.json").write_text(
+        '{"title": "t", "details": {"intro": {"text": "../secret.txt", "background": "/etc/hostname"},'
+        ' "steps": [{"title": "a", "text": "step.md", "verify": "../secret.txt"}],'
+        ' "assets": {"host01": [{"file": "*", "target": "~"}, {"file": "../*.txt", "target": "~"}]}},'
+        ' "backend": {"imageid": "ubuntu"}}'
+    )
+    result = import_scenario(src, tmp_path / "out")
+    written = [p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert not any("private" in text for text in written)
+    assert not (tmp_path / "out" / "starter" / ".setup").exists()
+    assert any("not a file in the scenario folder" in w for w in result.warnings)
