@@ -325,6 +325,11 @@ def import_scenario(src: Path, dest: Path, lab_id: str | None = None) -> Importe
     _copy_assets(src, details, starter, result.warnings)
     intro, finish = details.get("intro") or {}, details.get("finish") or {}
     intro_setup = _setup(src, intro, "intro", starter)
+    for key in ("background", "foreground"):
+        if scenario_file(src, finish.get(key)) is not None:
+            result.warnings.append(
+                f"finish.{key} ({finish[key]}) is left out: a lab has no page after its last step"
+            )
     spec_steps: list[dict[str, Any]] = []
     for i, page in enumerate(steps, start=1):
         title = str(page.get("title") or f"Step {i}")
