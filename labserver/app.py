@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,12 +23,14 @@ from labserver.backends import make_backend
 from labserver.backends.base import BackendError, PathRefused, TooBig, WorkspaceFull, safe_relpath
 from labserver.config import Settings
 from labserver.content import LabCatalog
+from labserver.content.lab_watch import watch_labs
+from labserver.content.loader import Problem
 from labserver.edge import safe_json
 from labserver.edge.body_limit import BodyLimitMiddleware
 from labserver.edge.csrf import CSRFMiddleware
 from labserver.edge.http_observe import RequestObserver
 from labserver.i18n import gettext, pick_lang
-from labserver.live import LiveHub
+from labserver.live import Kind, LiveHub
 from labserver.routes import api, completion, pages, progress, recordings, share, terminal
 from labserver.routes import metrics as metrics_route
 from labserver.routes.instructor import router as instructor
@@ -48,6 +50,9 @@ from labserver.terminals.recorder import RecordingStore
 from labserver.terminals.sessions import TerminalHub
 
 log = logging.getLogger(__name__)
+
+#: problems of a broken lab sent with ``lab.changed`` (the page reloads and shows them all)
+MAX_PROBLEMS_SHOWN = 20
 
 #: threads of the event loop's default executor (database steps, file operations, live reads)
 WORKER_THREADS = 32
@@ -76,7 +81,7 @@ def vendor_dir(settings: Settings) -> Path:
     return settings.web_dir / "node_modules"
 
 
-def build_context(settings: Settings) -> AppContext:
+def build_context(settings: Settings, dev_labs: Sequence[Path] = ()) -> AppContext:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.ensure_secret_key()
     engine = db.make_engine(settings.sqlalchemy_url, settings.db)
@@ -84,7 +89,7 @@ def build_context(settings: Settings) -> AppContext:
     ctx = AppContext(
         settings=settings,
         engine=engine,
-        catalog=LabCatalog(settings.labs_dir),
+        catalog=LabCatalog(settings.labs_dir, folders=list(dev_labs) if dev_labs else None),
         backend=make_backend(settings),
         live=LiveHub(),
         terminals=TerminalHub(recordings=recording_store(settings)),
@@ -110,9 +115,27 @@ def _workspace_full(req: Request, size_mb: int) -> JSONResponse:
     return JSONResponse({"detail": detail, "reason": "disk-full"}, status_code=507)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def publish_lab_changed(ctx: AppContext, lab_id: str, problems: Sequence[Problem]) -> None:
+    """``lab.changed`` to every event with an open page (``serve --dev``): the lab's pages refresh
+    their text, or show the lab's problems when it broke."""
+    errors = [str(p) for p in problems if p.level == "error"]
+    for event_id in ctx.live.event_ids():
+        ctx.live.publish(
+            Kind.lab_changed,
+            event_id,
+            None,
+            lab=lab_id,
+            broken=lab_id in ctx.catalog.broken,
+            problems=errors[:MAX_PROBLEMS_SHOWN],
+        )
+
+
+def create_app(settings: Settings | None = None, *, dev_labs: Sequence[Path] = ()) -> FastAPI:
+    """The app; with ``dev_labs`` (``serve --dev``) the catalog is exactly those lab folders, and
+    they reload, lint and refresh their open pages as their files change (content/lab_watch.py)."""
     settings = settings or Settings()
-    ctx = build_context(settings)
+    ctx = build_context(settings, dev_labs)
+    ctx.dev_labs = tuple(dev_labs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -141,6 +164,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ctx.background.add(retry)
             retry.add_done_callback(ctx.background.discard)
         task = asyncio.ensure_future(housekeeping(ctx))
+        if ctx.dev_labs:
+            watcher = asyncio.ensure_future(
+                watch_labs(ctx.catalog, ctx.dev_labs, lambda lab, found: publish_lab_changed(ctx, lab, found))
+            )
+            ctx.background.add(watcher)
         start_warming(ctx)  # open events' pools fill now, not at the first housekeeping tick
         app.state.ready = True
         try:

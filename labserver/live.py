@@ -52,6 +52,7 @@ class Kind(enum.StrEnum):
     announcement = "announcement"
     pace = "pace"
     event_status = "event.status"
+    lab_changed = "lab.changed"  # serve --dev: a lab's files changed (reloaded and linted)
     resync = "resync"  # sent by the hub itself to a subscriber that fell behind
 
 
@@ -247,6 +248,10 @@ class LiveHub:
         """Whether a stream of the whole event (a dashboard) is open now; safe from any thread (a
         publisher in a worker thread asks before it reads what only a dashboard shows)."""
         return bool(self._index.get((event_id, None)))
+
+    def event_ids(self) -> list[int]:
+        """The events with an open stream now (``lab.changed`` is published to each of them)."""
+        return sorted({event_id for event_id, _attendee in list(self._index)})
 
     @property
     def subscribers(self) -> int:

@@ -23,7 +23,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,10 +208,11 @@ async def _run_mutants(
     lab: Lab,
     settings: Settings,
     record: Callable[[StepResult], None],
+    mutants: Sequence[Mutant],
 ) -> None:
-    """Each mutant on the solved lab, restored from a snapshot before each."""
+    """Each of ``mutants`` on the solved lab, restored from a snapshot before each."""
     await run_own(backend, ref, lab, f"tar -cf {SNAPSHOT} .")
-    for i, mutant in enumerate(lab.mutants):
+    for i, mutant in enumerate(mutants):
         step = lab.step(mutant.step)
         assert step is not None  # the loader refuses mutants of unknown steps
         lang = "zh" if i % 2 else "en"  # every lab's mutants are judged in both languages
@@ -263,12 +264,17 @@ async def run_selftest(
     backend: Backend | None = None,
     mutants: bool = True,
     starter: bool = True,
+    only: Collection[str] | None = None,
 ) -> SelftestReport:
     """Self-test ``lab`` on ``backend`` (default: a throwaway local backend). The mutants run only
     when the starter and the solution behaved (a mutant of a broken solution proves nothing).
     ``starter=False`` leaves out the starter phase (for a second backend: the local self-test
-    already proved that every check rejects the starter)."""
+    already proved that every check rejects the starter). ``only`` (step ids; ``selftest --watch``)
+    checks those steps alone: the steps before the last of them still run their ``solve``, so each
+    is checked on the lab as an attendee would have left it."""
     report = SelftestReport(lab.id)
+    chosen = [s for s in lab.steps if only is None or s.id in only]
+    last = chosen[-1].index if chosen else -1
     tmp = Path(tempfile.mkdtemp(prefix=f"selftest-{lab.id}-"))
     ref: EnvRef | None = None
     try:
@@ -284,15 +290,21 @@ async def run_selftest(
             if on_result:
                 on_result(result)
 
-        for step in lab.steps if starter else ():
+        for step in chosen if starter else ():
             verdict, log, seconds = await check_step(backend, ref, lab, step, base)
             record(StepResult(step.id, "starter", CheckStatus.failed, verdict, log, seconds=seconds))
         await overlay(backend, ref, solution or lab.solution, lab.id)
-        for step in lab.steps:
+        for step in lab.steps[: last + 1]:
+            if step not in chosen:  # only played up to the chosen steps: its solve, no check
+                failed_solve = await solve_step(backend, ref, lab, step)
+                if failed_solve is not None:
+                    record(StepResult(step.id, "solution", CheckStatus.passed, failed_solve))
+                continue
             verdict, log, seconds = await solution_step(backend, ref, lab, step, base)
             record(StepResult(step.id, "solution", CheckStatus.passed, verdict, log, seconds=seconds))
         if mutants and report.ok:
-            await _run_mutants(backend, ref, lab, base, record)
+            picked = [m for m in lab.mutants if any(m.step == s.id for s in chosen)]
+            await _run_mutants(backend, ref, lab, base, record, picked)
     finally:
         if not keep:
             if ref is not None and backend is not None:

@@ -1,6 +1,6 @@
 """The ``labserver`` command (typer): ``serve``, ``lint``, ``selftest``, ``check``, ``db``, and the
 commands and groups mounted below from their own modules (``doctor``, ``rehearse``, ``images``,
-``env``, ``report`` and ``verify``, the self-paced commands). Every sub-command module is imported here by
+``env``, ``report`` and ``verify``, ``new`` and ``import``, the self-paced commands). Every sub-command module is imported here by
 name: a broken import fails the start loudly."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from labserver.cli import author as author_cli
 from labserver.cli import doctor as doctor_cli
 from labserver.cli import env as env_cli
 from labserver.cli import images as images_cli
@@ -41,13 +42,47 @@ def _settings(**overrides: object) -> Settings:
     return settings
 
 
+def dev_folders(folders: list[Path]) -> list[Path]:
+    """The lab folders of ``serve --dev``, checked: each a folder with a lab.yaml, all in one
+    parent folder (it becomes LABS_DIR, whose labs a check may read), no name twice."""
+    found = [f.resolve() for f in folders]
+    for folder in found:
+        if not (folder / "lab.yaml").is_file():
+            typer.echo(
+                f"error: {folder} is not a lab folder (no lab.yaml); make one with `labserver new`", err=True
+            )
+            raise typer.Exit(2)
+    if len({f.parent for f in found}) > 1:
+        typer.echo(
+            "error: serve --dev takes lab folders that sit in one folder (it becomes the labs folder); "
+            "these are in " + ", ".join(sorted({str(f.parent) for f in found})),
+            err=True,
+        )
+        raise typer.Exit(2)
+    if len({f.name for f in found}) < len(found):
+        typer.echo("error: a lab folder is named twice", err=True)
+        raise typer.Exit(2)
+    return found
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port")] = 8000,
+    dev: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--dev",
+            help="Serve these lab folders only and reload them as you edit (lint on every save; "
+            "open pages refresh). Repeat it or list the folders after it.",
+        ),
+    ] = None,
+    more: Annotated[
+        list[Path] | None, typer.Argument(help="More lab folders for --dev", show_default=False)
+    ] = None,
 ) -> None:
     """Start the server. On first start it opens a default event and prints its join code and the
-    instructor token."""
+    instructor token. With --dev LAB_DIR...: an author's server for those labs (docs/writing-labs.md)."""
     import logging.config
 
     import uvicorn
@@ -57,7 +92,13 @@ def serve(
     from labserver.observability import logging_json
     from labserver.services.joining.events import ensure_default_event
 
+    if more and not dev:
+        typer.echo("error: lab folders are given with --dev: labserver serve --dev LAB_DIR...", err=True)
+        raise typer.Exit(2)
+    dev_labs = dev_folders([*(dev or []), *(more or [])]) if dev else []
     settings = Settings()
+    if dev_labs:
+        settings.labs_dir = dev_labs[0].parent
     token_generated = False
     if not settings.instructor_token:
         token_file = settings.data_dir / "instructor_token"
@@ -71,7 +112,7 @@ def serve(
             token_generated = True
     logging.config.dictConfig(logging_json.dict_config(settings.log.format, settings.log.level))
     doctor_cli.warn_at_start(settings, host, port)  # warnings only: the server starts anyway
-    application = create_app(settings)
+    application = create_app(settings, dev_labs=dev_labs)
     ctx = application.state.ctx
     with Session(ctx.engine) as session:
         # broken labs are listed too: they show as unavailable now and work once fixed
@@ -79,6 +120,10 @@ def serve(
         event, created = ensure_default_event(
             session, title=settings.default_event_title, labs=labs, code=settings.default_event_code
         )
+        if dev_labs and event.labs and (missing := [lab for lab in labs if lab not in event.labs]):
+            event.labs = [*event.labs, *missing]  # a data folder used before: its event gets the new labs
+            session.add(event)
+            session.commit()
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     typer.echo("")
     typer.echo(f"  labserver is starting on {url}")
@@ -89,6 +134,8 @@ def serve(
         + ("  (generated, saved in DATA_DIR/instructor_token)" if token_generated else "")
     )
     typer.echo(f"  labs      : {', '.join(ctx.catalog.labs) or '(none)'}")
+    if dev_labs:
+        typer.echo(f"  dev mode  : {', '.join(str(f) for f in dev_labs)} reload as you save (lint below)")
     for broken in ctx.catalog.broken.values():
         typer.echo(
             f"  UNAVAILABLE lab {broken.id}: {broken.problems[0] if broken.problems else ''}", err=True
@@ -152,6 +199,9 @@ def selftest(
             help="Write each step's check cost on the solution (CPU-s) to checks/costs.yaml",
         ),
     ] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Then run again, for the steps a change touched, at every save")
+    ] = False,
 ) -> None:
     """Starter must fail, solution must pass step by step, and every mutant must fail its step,
     on a throwaway local environment; prints a mutant table per step. With --record-costs, each
@@ -172,6 +222,9 @@ def selftest(
         if not result.ok and result.log:
             typer.echo("       " + result.log[-1500:].replace("\n", "\n       "))
 
+    if watch:
+        author_cli.watch_selftest(loaded.path, settings, show, mutants)
+        return
     report = run(loaded, settings=settings, solution=solution, on_result=show, mutants=mutants)
     typer.echo("\n".join(["", *report.mutant_table(), ""]))
     unrecorded = False
@@ -226,6 +279,7 @@ def db_upgrade(revision: str = "head") -> None:
 
 
 report_cli.register(app)  # report, verify
+author_cli.register(app)  # new, import killercoda
 mutate_cli.register(app)  # mutate
 selfpaced_cli.register(app)  # selfpaced, labs, progress, export-site (listed after the commands above)
 

@@ -3,7 +3,7 @@ as unavailable, so one broken folder never stops the server."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,33 +159,61 @@ def load_lab(path: Path) -> Lab | BrokenLab:
 
 
 class LabCatalog:
-    """All labs under a folder, in their ``order`` then id. ``reload()`` re-reads them."""
+    """All labs under a folder, in their ``order`` then id; or, with ``folders``, exactly those lab
+    folders (``labserver serve --dev LAB_DIR...``). ``reload()`` re-reads them all, ``put()``
+    replaces one lab (the dev watcher, content/lab_watch.py)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, folders: Sequence[Path] | None = None) -> None:
         self.root = root
+        self.folders = list(folders) if folders is not None else None
         self.labs: dict[str, Lab] = {}
         self.broken: dict[str, BrokenLab] = {}
         self.reload()
 
+    def lab_folders(self) -> list[Path]:
+        if self.folders is not None:
+            return list(self.folders)
+        if not self.root.is_dir():
+            return []
+        return [
+            child
+            for child in sorted(self.root.iterdir())
+            if child.is_dir()
+            and child.name not in NOT_LABS
+            and not child.name.startswith((".", "_"))
+            and (child / "lab.yaml").exists()
+        ]
+
     def reload(self) -> None:
         labs: dict[str, Lab] = {}
         broken: dict[str, BrokenLab] = {}
-        if self.root.is_dir():
-            for child in sorted(self.root.iterdir()):
-                if not child.is_dir() or child.name in NOT_LABS or child.name.startswith((".", "_")):
-                    continue
-                if not (child / "lab.yaml").exists():
-                    continue
-                loaded = load_lab(child)
-                if isinstance(loaded, Lab):
-                    labs[loaded.id] = loaded
-                else:
-                    broken[loaded.id] = loaded
-        self.labs = dict(sorted(labs.items(), key=lambda kv: (kv[1].spec.order, kv[0])))
+        for child in self.lab_folders():
+            loaded = load_lab(child)
+            if isinstance(loaded, Lab):
+                labs[loaded.id] = loaded
+            else:
+                broken[loaded.id] = loaded
+        self.labs = _ordered(labs)
         self.broken = broken
+
+    def put(self, loaded: Lab | BrokenLab) -> None:
+        """Replace the lab of ``loaded``'s id with it (a working lab, or a broken one with its
+        problems). The dicts are replaced, never changed in place: a request reading the catalog
+        sees the labs before or after, never half of it."""
+        labs = {k: v for k, v in self.labs.items() if k != loaded.id}
+        broken = {k: v for k, v in self.broken.items() if k != loaded.id}
+        if isinstance(loaded, Lab):
+            labs[loaded.id] = loaded
+        else:
+            broken[loaded.id] = loaded
+        self.labs, self.broken = _ordered(labs), broken
 
     def get(self, lab_id: str) -> Lab | None:
         return self.labs.get(lab_id)
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.labs.values())
+
+
+def _ordered(labs: dict[str, Lab]) -> dict[str, Lab]:
+    return dict(sorted(labs.items(), key=lambda kv: (kv[1].spec.order, kv[0])))

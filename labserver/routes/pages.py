@@ -171,6 +171,7 @@ def lab_context(request: Request, ctx: AppContext, session: Session, me: Any, la
             "steps": [{"id": s["id"], "status": s["status"], "locked": s["locked"]} for s in steps],
             "total": len(steps),
             "attendee": me.id,
+            "dev": bool(ctx.dev_labs),  # serve --dev: lab.changed refreshes the step text
         },
     }
 
@@ -215,6 +216,16 @@ def lab_page(lab_id: str, request: Request, ctx: Ctx, session: SessionDep, me: O
         _ = translations(lang).gettext
         broken = ctx.catalog.broken.get(lab_id)
         if broken is not None:
+            if ctx.dev_labs:  # the author reads this page: every problem, and it reloads once fixed
+                context = error_context(
+                    request,
+                    me,
+                    _("This lab is unavailable"),
+                    _("Fix the problems below and save: this page reloads when the lab loads again."),
+                )
+                context["problems"] = [str(p) for p in broken.problems]
+                context["dev_lab"] = lab_id
+                return render_page(ctx, "error.html", context, status_code=503)
             reason = "; ".join(str(p) for p in broken.problems)
             context = error_context(
                 request, me, _("This lab is unavailable"), _("Its files have a problem; tell the instructor.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -45,6 +46,8 @@ class AppContext:
     #: tasks started in the background (environment starts at join, warm pool fills), kept
     #: referenced until done so they are not collected
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: ``serve --dev LAB_DIR...``: the lab folders that reload as their files change (empty: a room)
+    dev_labs: tuple[Path, ...] = ()
 
     def env_lock(self, env_id: str) -> asyncio.Lock:
         return self.env_locks.setdefault(env_id, asyncio.Lock())

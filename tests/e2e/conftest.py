@@ -62,8 +62,9 @@ def _free_port() -> int:
 class LiveServer:
     """``labserver serve`` in a subprocess; ``restart()`` keeps the port and the data folder."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, serve_args: list[str] | None = None) -> None:
         self.root = root
+        self.serve_args = serve_args or []  # more arguments of `labserver serve` (e.g. --dev LAB)
         self.data_dir = root / "data"
         self.labs_dir = root / "labs"
         self.port = _free_port()
@@ -87,7 +88,11 @@ class LiveServer:
     def start(self) -> None:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "labserver.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [
+                sys.executable,
+                *("-m", "labserver.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)),
+                *self.serve_args,
+            ],
             cwd=self.root,
             env=self.env(),
             stdout=log,

@@ -214,6 +214,32 @@ window.addEventListener('live:lab.reset', (e) => {
   }
   if (editor.dirtyPaths().length) editor.loadTree(); else editor.forgetAll();
 });
+function hintsElement(hints) {
+  return el('details', { class: 'step-hints' },
+    el('summary', { text: `${t('hints')} (${hints.length})` }),
+    el('ol', {}, hints.map((h) => el('li', { text: h }))));
+}
+
+// serve --dev: the author saved a file of this lab. The text, titles and hints change in place;
+// when the steps themselves changed, or the lab broke (its page then lists the problems), reload.
+window.addEventListener('live:lab.changed', async (e) => {
+  if (!config.dev || e.detail.lab !== labId) return;
+  if (e.detail.broken) { window.location.reload(); return; }
+  let lab;
+  try { lab = await api(`/api/v1/labs/${encodeURIComponent(labId)}`); } catch (err) { window.location.reload(); return; }
+  if (lab.steps.map((s) => s.id).join('/') !== stepIds.join('/')) { window.location.reload(); return; }
+  for (const s of lab.steps) {
+    const article = document.getElementById(`step-${s.id}`);
+    article.querySelector('.step-title').textContent = s.title;
+    document.querySelector(`.step-chip[data-step="${s.id}"]`).title = s.title;
+    const md = article.querySelector('.markdown');
+    if (md) md.innerHTML = s.html;  // rendered by the server (raw HTML escaped)
+    article.querySelector('.step-hints')?.remove();
+    if (md && s.hints.length) md.after(hintsElement(s.hints));
+  }
+  document.body.dataset.labReloads = String(Number(document.body.dataset.labReloads || 0) + 1);
+});
+
 // pacing: the instructor opens (or closes) steps for the whole room; update them in place
 window.addEventListener('live:pace', async (e) => {
   if (e.detail.lab && e.detail.lab !== labId) return;
@@ -234,11 +260,7 @@ window.addEventListener('live:pace', async (e) => {
       const md = el('div', { class: 'markdown' });
       md.innerHTML = s.html;  // rendered by the server from the lab's Markdown (raw HTML escaped)
       body.replaceWith(md);
-      if (s.hints.length) {
-        md.after(el('details', { class: 'step-hints' },
-          el('summary', { text: `${t('hints')} (${s.hints.length})` }),
-          el('ol', {}, s.hints.map((h) => el('li', { text: h })))));
-      }
+      if (s.hints.length) md.after(hintsElement(s.hints));
     }
   }
   if (current) checks.select(current);

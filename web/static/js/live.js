@@ -7,7 +7,7 @@ import { api } from './common.js';
 const KINDS = ['check.started', 'check.queued', 'check.finished', 'env.state', 'env.progress', 'env.queue', 'step.opened',
   'help.raised', 'help.claimed', 'help.resolved', 'help.cancelled', 'lab.reset', 'announcement',
   'pace', 'resync', 'solution.revealed', 'event.status', 'share.asked', 'share.started', 'share.ended',
-  'share.typing'];
+  'share.typing', 'lab.changed'];
 
 let source = null;
 

@@ -1,0 +1,1 @@
+echo "Welcome: python device_info.py shows the device this environment has"

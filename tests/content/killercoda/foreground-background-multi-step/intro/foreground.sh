@@ -1,0 +1,2 @@
+while [ ! -f background0 ]; do sleep 1; done
+echo Hello

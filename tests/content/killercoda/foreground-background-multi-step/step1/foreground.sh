@@ -1,0 +1,2 @@
+while [ ! -f background1 ]; do sleep 1; done
+echo DONE

@@ -1,0 +1,2 @@
+while [ ! -f background2 ]; do sleep 1; done
+echo DONE

@@ -1,0 +1,1 @@
+touch ~/old-notes.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+
+if stat ~/old-notes.txt; then exit 1; fi

@@ -1,0 +1,2 @@
+#!/bin/bash
+ssh node01 test -f a.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo ran > ran.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+[ -f ran.txt ]

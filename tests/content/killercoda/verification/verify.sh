@@ -1,0 +1,3 @@
+#!/bin/bash
+
+stat /etc/panda
