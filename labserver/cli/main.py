@@ -20,6 +20,7 @@ from labserver.cli import mutate as mutate_cli
 from labserver.cli import rehearse as rehearse_cli
 from labserver.cli import report as report_cli
 from labserver.cli import selfpaced as selfpaced_cli
+from labserver.cli import staff as staff_cli
 from labserver.config import Settings
 
 app = typer.Typer(
@@ -29,6 +30,7 @@ db_app = typer.Typer(no_args_is_help=True, help="Database maintenance")
 app.add_typer(db_app, name="db")
 app.add_typer(images_cli.app, name="images")
 app.add_typer(env_cli.app, name="env")
+app.add_typer(staff_cli.app, name="staff")
 app.command("rehearse")(rehearse_cli.rehearse_command)
 app.command("doctor")(doctor_cli.doctor)
 
@@ -59,7 +61,7 @@ def serve(
 
     settings = Settings()
     token_generated = False
-    if not settings.instructor_token:
+    if settings.staff.bootstrap_token and not settings.instructor_token:
         token_file = settings.data_dir / "instructor_token"
         if token_file.exists():
             settings.instructor_token = token_file.read_text().strip()
@@ -84,10 +86,13 @@ def serve(
     typer.echo(f"  labserver is starting on {url}")
     typer.echo(f"  event     : {event.title} ({'created' if created else 'existing'})")
     typer.echo(f"  join code : {event.code}")
-    typer.echo(
-        f"  instructor: {url}/instructor  token: {settings.instructor_token}"
-        + ("  (generated, saved in DATA_DIR/instructor_token)" if token_generated else "")
-    )
+    if settings.staff.bootstrap_token and settings.instructor_token:
+        typer.echo(
+            f"  instructor: {url}/instructor  token: {settings.instructor_token}"
+            + ("  (generated, saved in DATA_DIR/instructor_token)" if token_generated else "")
+        )
+    else:
+        typer.echo(f"  staff     : {url}/instructor  (instructor token off: `labserver staff add NAME`)")
     typer.echo(f"  labs      : {', '.join(ctx.catalog.labs) or '(none)'}")
     for broken in ctx.catalog.broken.values():
         typer.echo(
