@@ -789,14 +789,5 @@ class AuditPublic(_Out):
 
     @classmethod
     def of(cls, row: AuditEntry) -> AuditPublic:
-        return cls(
-            id=row.id or 0,
-            at=_aware_iso(row.at),
-            actor=row.actor,
-            actor_id=row.actor_id,
-            role=row.role,
-            action=row.action,
-            target=row.target,
-            attendee_id=row.attendee_id,
-            detail=dict(row.detail),
-        )
+        data = row.model_dump(include={"actor", "actor_id", "role", "action", "target", "attendee_id"})
+        return cls(id=row.id or 0, at=_aware_iso(row.at), detail=dict(row.detail), **data)
