@@ -252,7 +252,8 @@ def require(action: Action, *, page: bool = False, audit: bool | None = None) ->
         if audited and not acting.skip:
             record(ctx.engine, acting)
 
-    dependency.action = action  # type: ignore[attr-defined]  # the matrix test reads it
+    dependency.action = action  # type: ignore[attr-defined]  # the matrix test reads both
+    dependency.audited = audited  # type: ignore[attr-defined]
     return Depends(dependency, scope="function")
 
 

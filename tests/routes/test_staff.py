@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,13 +19,15 @@ from starlette.websockets import WebSocketDisconnect
 
 from labserver import clock
 from labserver.models import AuditEntry, Event, StaffSession
-from labserver.routes.deps import INSTRUCTOR_COOKIE, make_staff_cookie
+from labserver.routes.deps import INSTRUCTOR_COOKIE
 from labserver.services.joining.events import create_event
 from labserver.services.staff import accounts
 from tests.conftest import join
 
 
-def add(app: FastAPI, name: str, role: str, event_id: int | None, *, password: bool = False) -> accounts.Added:
+def add(
+    app: FastAPI, name: str, role: str, event_id: int | None, *, password: bool = False
+) -> accounts.Added:
     with Session(app.state.ctx.engine, expire_on_commit=False) as session:
         return accounts.add(session, name=name, role=role, event_id=event_id, password=password)
 
@@ -47,7 +48,11 @@ def sign_in_as(app: FastAPI, client: TestClient, name: str, role: str, event_id:
 
 def lines(app: FastAPI, event_id: int) -> list[AuditEntry]:
     with Session(app.state.ctx.engine) as session:
-        return list(session.exec(select(AuditEntry).where(AuditEntry.event_id == event_id).order_by(AuditEntry.id)).all())
+        return list(
+            session.exec(
+                select(AuditEntry).where(AuditEntry.event_id == event_id).order_by(AuditEntry.id)
+            ).all()
+        )
 
 
 # -- signing in --------------------------------------------------------------------------------------
@@ -79,10 +84,17 @@ def test_a_password_signs_in_and_a_wrong_one_says_the_same_as_a_wrong_name(
     added = add(app, "Pat", "instructor", event.id, password=True)
     assert added.password and not added.link
     wrong = client.post("/instructor/login", data={"name": "Pat", "password": "nope"}, follow_redirects=False)
-    nobody = client.post("/instructor/login", data={"name": "Nobody", "password": "nope"}, follow_redirects=False)
+    nobody = client.post(
+        "/instructor/login", data={"name": "Nobody", "password": "nope"}, follow_redirects=False
+    )
     assert wrong.status_code == nobody.status_code == 403
-    assert "That name and password do not match a staff account." in wrong.text and nobody.text.count("do not match") == 1
-    ok = client.post("/instructor/login", data={"name": "Pat", "password": added.password}, follow_redirects=False)
+    assert (
+        "That name and password do not match a staff account." in wrong.text
+        and nobody.text.count("do not match") == 1
+    )
+    ok = client.post(
+        "/instructor/login", data={"name": "Pat", "password": added.password}, follow_redirects=False
+    )
     assert ok.status_code == 303
     assert client.get(f"/api/v1/events/{event.id}/progress").status_code == 200
 
@@ -95,7 +107,11 @@ def test_signing_out_and_expiry_end_a_session(app: FastAPI, client: TestClient, 
     assert client.get(f"/api/v1/events/{event.id}/progress").status_code == 403
 
     sign_in_as(app, client, "Kim", "assistant", event.id)
-    previous = clock.use(clock.TestClock(clock.now() + dt.timedelta(hours=app.state.ctx.settings.staff.session_hours, minutes=1)))
+    previous = clock.use(
+        clock.TestClock(
+            clock.now() + dt.timedelta(hours=app.state.ctx.settings.staff.session_hours, minutes=1)
+        )
+    )
     try:
         assert client.get(f"/api/v1/events/{event.id}/progress").status_code == 403
     finally:
@@ -153,8 +169,16 @@ def test_the_audit_log_is_exported_and_kept_when_the_attendee_is_removed(
     ada = join(client, "=Ada")
     env_id = client.post("/api/v1/environment", headers=ada).json()["id"]
     sign_in_as(app, client, "Ines", "instructor", event.id)
-    assert client.post(f"/api/v1/environments/{env_id}/reset", json={"lab": "getting-started"}).status_code == 200
-    assert client.put(f"/api/v1/events/{event.id}/pace", json={"lab": "getting-started", "unlocked": 2}).status_code == 200
+    assert (
+        client.post(f"/api/v1/environments/{env_id}/reset", json={"lab": "getting-started"}).status_code
+        == 200
+    )
+    assert (
+        client.put(
+            f"/api/v1/events/{event.id}/pace", json={"lab": "getting-started", "unlocked": 2}
+        ).status_code
+        == 200
+    )
     aid = lines(app, event.id or 0)[0].attendee_id
     assert client.delete(f"/api/v1/events/{event.id}/attendees/{aid}").status_code == 200
     got = [(r.action, r.attendee_id, r.detail) for r in lines(app, event.id or 0)]
@@ -178,11 +202,15 @@ def test_eight_staff_actions_at_once_write_eight_lines(app: FastAPI, event: Even
     def announce(i: int) -> int:
         with TestClient(app) as c:
             c.cookies.set(INSTRUCTOR_COOKIE, cookie)
-            return c.post(f"/api/v1/events/{event.id}/announcements", json={"message": f"note {i}"}).status_code
+            return c.post(
+                f"/api/v1/events/{event.id}/announcements", json={"message": f"note {i}"}
+            ).status_code
 
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(announce, range(8))) == [201] * 8
-    assert sorted(r.detail["message"] for r in lines(app, event.id or 0)) == sorted(f"note {i}" for i in range(8))
+    assert sorted(r.detail["message"] for r in lines(app, event.id or 0)) == sorted(
+        f"note {i}" for i in range(8)
+    )
 
 
 # -- removing a person ends everything of theirs -----------------------------------------------------
@@ -226,8 +254,12 @@ def test_removing_a_person_ends_their_stream_terminal_view_and_share(
         streamer.start()
         assert opened.wait(30)
         with (
-            client.websocket_connect(f"/api/v1/environments/{env_id}/terminal?readonly=1&lab=getting-started") as view,
-            client.websocket_connect(f"/api/v1/environments/{env_id}/terminal?readonly=0&lab=getting-started") as typing,
+            client.websocket_connect(
+                f"/api/v1/environments/{env_id}/terminal?readonly=1&lab=getting-started"
+            ) as view,
+            client.websocket_connect(
+                f"/api/v1/environments/{env_id}/terminal?readonly=0&lab=getting-started"
+            ) as typing,
         ):
             view.receive_bytes()
             typing.receive_bytes()
@@ -247,7 +279,9 @@ def test_removing_a_person_ends_their_stream_terminal_view_and_share(
         assert client.get(f"/api/v1/events/{event.id}/progress").status_code == 403
 
 
-def test_an_organiser_removes_an_assistant_from_the_event_page(app: FastAPI, client: TestClient, event: Event) -> None:
+def test_an_organiser_removes_an_assistant_from_the_event_page(
+    app: FastAPI, client: TestClient, event: Event
+) -> None:
     sign_in_as(app, client, "Olga", "organiser", event.id)
     made = client.post(f"/api/v1/events/{event.id}/staff", json={"name": "Sam", "role": "assistant"})
     assert made.status_code == 201 and "/instructor/signin/" in made.json()["link"]

@@ -28,11 +28,10 @@ from sqlmodel import Session
 
 from labserver.app import create_app
 from labserver.config import OidcSettings, Settings
-from labserver.models import Event
 from labserver.services.joining.events import create_event
 from labserver.services.staff import oidc
 from labserver.services.staff.roles import Grant, Role
-from tests.conftest import EVENT_CODE, REPO
+from tests.conftest import EVENT_CODE
 
 CLIENT_ID, CLIENT_SECRET = "labserver-test", "s3cret"
 
@@ -74,7 +73,9 @@ class FakeProvider:
             return RedirectResponse(f"{redirect_uri}?{urlencode({'code': code, 'state': state})}", 302)
 
         @api.post("/token")
-        def token(code: str = Form(""), client_id: str = Form(""), client_secret: str = Form("")) -> JSONResponse:
+        def token(
+            code: str = Form(""), client_id: str = Form(""), client_secret: str = Form("")
+        ) -> JSONResponse:
             self.token_calls += 1
             grant = self.codes.pop(code, None)
             if grant is None:
@@ -89,7 +90,9 @@ class FakeProvider:
                 **grant["user"],
             }
             id_token = jwt.encode({"alg": "RS256", "kid": self.key.kid}, claims, self.key)
-            return JSONResponse({"access_token": "at", "token_type": "Bearer", "expires_in": 300, "id_token": id_token})
+            return JSONResponse(
+                {"access_token": "at", "token_type": "Bearer", "expires_in": 300, "id_token": id_token}
+            )
 
         return api
 
@@ -147,7 +150,11 @@ def test_fake_provider_a_group_claim_makes_an_assistant_of_one_event(
         event = create_event(session, title="Meetup", labs=["getting-started"], code=EVENT_CODE)
         other = create_event(session, title="Other", labs=["getting-started"], code="OTHERCODE")
     with TestClient(oidc_app) as client:
-        resp = _sign_in(client, provider, {"sub": "u-1", "name": "Tao", "email": "tao@uni.example", "groups": ["workshop-ta"]})
+        resp = _sign_in(
+            client,
+            provider,
+            {"sub": "u-1", "name": "Tao", "email": "tao@uni.example", "groups": ["workshop-ta"]},
+        )
         assert resp.status_code == 303, resp.text
         me = client.get("/api/v1/staff/me").json()
         assert me["name"] == "Tao" and me["roles"] == [{"role": "assistant", "event_id": event.id}]
@@ -157,7 +164,10 @@ def test_fake_provider_a_group_claim_makes_an_assistant_of_one_event(
         assert [e["id"] for e in client.get("/api/v1/events").json()] == [event.id]
         # the same subject again: the same account, not a second one
         client.cookies.clear()
-        assert _sign_in(client, provider, {"sub": "u-1", "name": "Tao", "groups": ["workshop-ta"]}).status_code == 303
+        assert (
+            _sign_in(client, provider, {"sub": "u-1", "name": "Tao", "groups": ["workshop-ta"]}).status_code
+            == 303
+        )
         assert client.get("/api/v1/staff/me").json()["staff_id"] == me["staff_id"]
 
 
@@ -165,13 +175,17 @@ def test_fake_provider_no_matching_claim_is_refused_with_a_clear_message(
     oidc_app: FastAPI, provider: FakeProvider
 ) -> None:
     with TestClient(oidc_app) as client:
-        resp = _sign_in(client, provider, {"sub": "u-2", "name": "Eve", "email": "eve@else.example", "groups": ["x"]})
+        resp = _sign_in(
+            client, provider, {"sub": "u-2", "name": "Eve", "email": "eve@else.example", "groups": ["x"]}
+        )
         assert resp.status_code == 403
         assert "gives you no role here" in resp.text and "Example SSO" in resp.text
         assert client.get("/api/v1/staff/me").status_code == 403
 
 
-def test_fake_provider_a_token_with_the_wrong_nonce_is_refused(oidc_app: FastAPI, provider: FakeProvider) -> None:
+def test_fake_provider_a_token_with_the_wrong_nonce_is_refused(
+    oidc_app: FastAPI, provider: FakeProvider
+) -> None:
     """The nonce binds the ID token to this browser's round trip: a replayed code's token fails."""
     with TestClient(oidc_app) as client:
         provider.user = {"sub": "u-3", "email": "boss@organisers.example", "email_verified": True}
@@ -187,7 +201,12 @@ def test_fake_provider_a_token_with_the_wrong_nonce_is_refused(oidc_app: FastAPI
 
 def test_role_rules_parse_and_map_claims() -> None:
     rule = oidc.parse_rule("email=*@example.org:instructor@meetup")
-    assert (rule.claim, rule.pattern, rule.role, rule.event_code) == ("email", "*@example.org", Role.instructor, "MEETUP")
+    assert (rule.claim, rule.pattern, rule.role, rule.event_code) == (
+        "email",
+        "*@example.org",
+        Role.instructor,
+        "MEETUP",
+    )
     with pytest.raises(ValueError, match="claim=pattern:role"):
         oidc.parse_rule("groups")
     with pytest.raises(ValueError, match="organiser, instructor or assistant"):
