@@ -16,6 +16,7 @@ import hmac
 import logging
 from typing import Annotated, Any
 
+import httpx
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -166,14 +167,16 @@ async def oidc_login(request: Request, ctx: Ctx) -> Response:
 @router.get("/oidc/callback", name="oidc_callback")
 async def oidc_callback(request: Request, ctx: Ctx) -> Response:
     """Back from the provider: the ID token is verified, its claims give the account and roles."""
-    from authlib.integrations.base_client import OAuthError  # installed with labserver; imported when used
+    # installed with labserver (Authlib and its joserfc); imported where OpenID Connect is used
+    from authlib.integrations.base_client import OAuthError
+    from joserfc.errors import JoseError
 
     client = _client(ctx)
     lang = pick_lang(request)
     conf = ctx.settings.staff.oidc
     try:
         token = await client.authorize_access_token(request)
-    except OAuthError as exc:
+    except (OAuthError, JoseError, httpx.HTTPError) as exc:  # refused, a bad token, the provider down
         log.warning("OpenID Connect sign-in failed: %s", exc)
         context = login_context(
             request, ctx, gettext(lang, "The sign-in with your organisation failed: try again.")
