@@ -300,3 +300,26 @@ def test_an_organiser_removes_an_assistant_from_the_event_page(
     ]
     bad = client.post(f"/api/v1/events/{event.id}/staff", json={"name": "Y", "role": "boss"})
     assert bad.status_code == 400 and bad.json()["detail"]["field"] == "role"
+
+
+def test_an_instructor_stops_all_and_an_organiser_of_every_event_removes_a_person(
+    app: FastAPI, client: TestClient, event: Event
+) -> None:
+    ada = join(client, "Ada")
+    env_id = client.post("/api/v1/environment", headers=ada).json()["id"]
+    aid = client.get("/api/v1/me", headers=ada).json()["attendee"]["id"]
+    sam = add(app, "Sam", "assistant", event.id).staff.id
+    sign_in_as(app, client, "Ines", "instructor", event.id)
+    assert client.delete(f"/api/v1/staff/{sam}").status_code == 403  # not an organiser of every event
+    # allowed (the backend answers, not the authorization): the local backend cannot stop, so 409,
+    # and a failed action writes no audit line
+    stopped = client.post(f"/api/v1/events/{event.id}/stop-all")
+    assert stopped.status_code == 409 and "cannot stop" in stopped.text
+    assert client.post(f"/api/v1/environments/{env_id}/restart").status_code == 200
+    sign_in_as(app, client, "Olga", "organiser", None)
+    assert client.delete(f"/api/v1/staff/{sam}").status_code == 200
+    got = [(r.actor, r.action, r.target, r.detail) for r in lines(app, event.id or 0)]
+    assert got == [
+        ("Ines", "reset", f"Ada (#{aid})", {"kind": "restart"}),
+        ("Olga", "staff", "staff Sam", {"change": "removed"}),
+    ]
