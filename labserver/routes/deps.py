@@ -181,6 +181,18 @@ class Scope(NamedTuple):
     attendee_id: int | None
 
 
+def _path_id(value: object) -> int:
+    """A path id as the route's ``DbId`` will take it (this runs before the route's validation):
+    a 422 that names the range for anything else, never an overflow in the database driver."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        number = 0
+    if not 1 <= number <= ID_MAX:
+        raise HTTPException(422, f"A database id is a whole number from 1 to {ID_MAX} (2^63-1).")
+    return number
+
+
 def scope_of(ctx: AppContext, session: Session, params: dict[str, Any]) -> Scope:
     """The event a staff request acts on, from its path (``event_id``, or an environment's event),
     and whom (an attendee of that event, an environment's, a raised hand's, a share's). 404 for
@@ -188,19 +200,19 @@ def scope_of(ctx: AppContext, session: Session, params: dict[str, Any]) -> Scope
     attendee_id: int | None = None
     event_id: int | None = None
     if "env_id" in params:
-        row = session.get(Environment, str(params["env_id"]))
+        row = session.get(Environment, str(params["env_id"])[:80])
         if row is None:
             raise HTTPException(404, f"No environment {params['env_id']}.")
         event_id, attendee_id = row.event_id, row.attendee_id
     elif "event_id" in params:
-        event_id = int(params["event_id"])
+        event_id = _path_id(params["event_id"])
         if "attendee_id" in params:
-            attendee_id = int(params["attendee_id"])
+            attendee_id = _path_id(params["attendee_id"])
         elif "help_id" in params:
-            hand = session.get(HelpRequest, int(params["help_id"]))
+            hand = session.get(HelpRequest, _path_id(params["help_id"]))
             attendee_id = hand.attendee_id if hand is not None and hand.event_id == event_id else None
         elif "share_id" in params:
-            share = ctx.shares.get(int(params["share_id"]))
+            share = ctx.shares.get(_path_id(params["share_id"]))
             attendee_id = share.attendee_id if share is not None and share.event_id == event_id else None
     target = ""
     if attendee_id is not None:
@@ -210,7 +222,7 @@ def scope_of(ctx: AppContext, session: Session, params: dict[str, Any]) -> Scope
         else:
             attendee_id = None
     elif "staff_id" in params:
-        staff = session.get(Staff, int(params["staff_id"]))
+        staff = session.get(Staff, _path_id(params["staff_id"]))
         target = f"staff {staff.name}" if staff is not None else f"staff #{params['staff_id']}"
     return Scope(event_id, target, attendee_id)
 
