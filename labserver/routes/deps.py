@@ -168,13 +168,6 @@ def staff_secret(ctx: AppContext, cookies: dict[str, str]) -> str | None:
     return str(data["s"]) if isinstance(data, dict) and "s" in data else None
 
 
-def instructor_from(ctx: AppContext, headers: object, cookies: dict[str, str]) -> str | None:
-    """The signed-in staff member's name (any role), else None (``/metrics``' reader check)."""
-    with Session(ctx.engine, expire_on_commit=False) as session:
-        principal = principal_from(ctx, session, headers, cookies)
-    return principal.name if principal is not None else None
-
-
 class Scope(NamedTuple):
     event_id: int | None
     target: str
