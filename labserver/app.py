@@ -46,6 +46,8 @@ from labserver.services.provisioning import workspace_full
 from labserver.services.provisioning.admission import Admission, default_limit
 from labserver.services.provisioning.environments import reconcile
 from labserver.services.provisioning.warming import start_warming
+from labserver.services.staff import oidc
+from labserver.services.staff.revocation import keep_watch
 from labserver.terminals.recorder import RecordingStore
 from labserver.terminals.sessions import TerminalHub
 
@@ -169,12 +171,14 @@ def create_app(settings: Settings | None = None, *, dev_labs: Sequence[Path] = (
                 watch_labs(ctx.catalog, ctx.dev_labs, lambda lab, found: publish_lab_changed(ctx, lab, found))
             )
             ctx.background.add(watcher)
+        watch = asyncio.ensure_future(keep_watch(ctx))  # staff streams end with their right
         start_warming(ctx)  # open events' pools fill now, not at the first housekeeping tick
         app.state.ready = True
         try:
             yield
         finally:
             task.cancel()
+            watch.cancel()
             for started in list(ctx.background):
                 started.cancel()
             await ctx.terminals.close_all()
@@ -190,6 +194,19 @@ def create_app(settings: Settings | None = None, *, dev_labs: Sequence[Path] = (
     )
     app.state.ctx = ctx
     app.state.ready = False
+    conf = settings.staff.oidc
+    ctx.oidc = oidc.make_client(conf.issuer, conf.client_id, conf.client_secret, conf.scope)
+    if ctx.oidc is not None:  # the provider round trip keeps its state and nonce in a signed cookie
+        from starlette.middleware.sessions import SessionMiddleware
+
+        app.add_middleware(
+            SessionMiddleware,
+            secret_key=settings.ensure_secret_key(),
+            session_cookie="labserver_oidc",
+            max_age=600,
+            path="/instructor/oidc",
+            same_site="lax",
+        )
     app.add_middleware(CSRFMiddleware, trusted_origins=settings.trusted_origins)
     app.add_middleware(BodyLimitMiddleware)  # before anything reads a body
     app.add_middleware(RequestObserver)  # added last: outermost (request id, log context, HTTP latency)

@@ -159,6 +159,53 @@ class MetricsSettings(BaseModel):
         return value
 
 
+class OidcSettings(BaseModel):
+    """Staff sign-in through the organisation's OpenID Connect provider (services/staff/oidc.py)."""
+
+    issuer: str = ""  # the provider's issuer URL ("" = no OpenID Connect sign-in); discovery is read from it
+    client_id: str = ""
+    client_secret: str = ""
+    scope: str = "openid email profile"
+    name: str = "your organisation"  # shown on the button: "Sign in with <name>"
+    # "claim=pattern:role[@EVENTCODE]" rules mapping the provider's claims to roles
+    roles: list[str] = Field(default_factory=list)
+
+    @field_validator("roles")
+    @classmethod
+    def _rules_parse(cls, value: list[str]) -> list[str]:
+        for rule in value:
+            parse_role_rule(rule)  # a ValueError names the bad rule at start
+        return value
+
+
+def parse_role_rule(text: str) -> tuple[str, str, str, str]:
+    """``claim=pattern:role[@EVENTCODE]`` -> (claim, pattern, role, event code or ""); ValueError
+    saying what is wrong (the rule's meaning: services/staff/oidc.py)."""
+    claim, eq, rest = text.partition("=")
+    pattern, colon, target = rest.rpartition(":")
+    role, _at, code = target.partition("@")
+    if not eq or not colon or not claim.strip() or not pattern:
+        raise ValueError(
+            f"role rule {text!r}: write claim=pattern:role[@EVENTCODE], e.g. groups=ta:assistant"
+        )
+    if role.strip().lower() not in ("organiser", "instructor", "assistant"):
+        raise ValueError(f"role rule {text!r}: the role is organiser, instructor or assistant")
+    return claim.strip(), pattern.strip(), role.strip().lower(), code.strip().upper()
+
+
+class StaffSettings(BaseModel):
+    """Staff accounts and sessions (services/staff/, docs/instructor-guide.md#staff-an-event)."""
+
+    # the instructor token (LABSERVER_INSTRUCTOR_TOKEN) signs in as an organiser of every event
+    # (first sign-in, scripts); false turns it off once people have accounts
+    bootstrap_token: bool = True
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 90)  # a staff sign-in lasts this long
+    link_hours: float = Field(default=24.0, gt=0, le=24 * 90)  # a one-time sign-in link is valid this long
+    # how often open staff streams, terminal views and shares are checked against their sessions
+    revoke_poll_s: float = Field(default=2.0, gt=0, le=60)
+    oidc: OidcSettings = Field(default_factory=OidcSettings)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LABSERVER_", env_nested_delimiter="__", extra="ignore")
 
@@ -185,6 +232,7 @@ class Settings(BaseSettings):
     recording: RecordingSettings = Field(default_factory=RecordingSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    staff: StaffSettings = Field(default_factory=StaffSettings)
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -213,3 +213,70 @@ class CheckFiles(SQLModel, table=True):
     # a test losing the room's runs) need not know of this table; a row without its run is never read
     run_id: int = Field(primary_key=True)
     files: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
+class Staff(SQLModel, table=True):
+    """A person on the staff (services/staff/accounts.py): signs in as themselves with a one-time
+    link, a password (stored as a scrypt hash) or the organisation's OpenID Connect provider."""
+
+    __tablename__ = "staff"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True, max_length=80)
+    email: str = Field(default="", max_length=200, index=True)
+    password_hash: str = Field(default="", max_length=200)  # "" = no password sign-in
+    oidc_subject: str = Field(default="", max_length=300, index=True)  # "<issuer> <sub>" once seen
+    created_at: dt.datetime = Field(default_factory=_now)
+    removed_at: dt.datetime | None = None  # removed: every session, stream and share ended
+
+
+class StaffRole(SQLModel, table=True):
+    """A grant: ``role`` on one event, or on every event (``event_id`` null; services/staff/roles.py)."""
+
+    __tablename__ = "staff_roles"
+    id: int | None = Field(default=None, primary_key=True)
+    staff_id: int = Field(foreign_key="staff.id", index=True)
+    event_id: int | None = Field(default=None, foreign_key="events.id", index=True)
+    role: str = Field(max_length=16)
+    source: str = Field(default="operator", max_length=16)  # operator | oidc (replaced at each sign-in)
+    created_at: dt.datetime = Field(default_factory=_now)
+
+
+class StaffSession(SQLModel, table=True):
+    """A signed-in browser (or script) of a staff member; the cookie carries the secret, the row its
+    SHA-256 (``id``). Ended by signing out, by expiry, or when the person is removed."""
+
+    __tablename__ = "staff_sessions"
+    id: str = Field(primary_key=True, max_length=64)
+    staff_id: int = Field(foreign_key="staff.id", index=True)
+    via: str = Field(default="", max_length=16)  # link | password | oidc
+    created_at: dt.datetime = Field(default_factory=_now)
+    expires_at: dt.datetime
+    ended_at: dt.datetime | None = None
+
+
+class StaffLink(SQLModel, table=True):
+    """A one-time sign-in link (``labserver staff add`` / ``link``, the staff card): its SHA-256 only."""
+
+    __tablename__ = "staff_links"
+    id: str = Field(primary_key=True, max_length=64)
+    staff_id: int = Field(foreign_key="staff.id", index=True)
+    created_at: dt.datetime = Field(default_factory=_now)
+    expires_at: dt.datetime
+    used_at: dt.datetime | None = None
+
+
+class AuditEntry(SQLModel, table=True):
+    """One staff action on an event (services/staff/audit.py): who, when, what, on whom. Kept with
+    the event: an attendee's removal keeps the lines about them (no foreign key to attendees)."""
+
+    __tablename__ = "audit_log"
+    id: int | None = Field(default=None, primary_key=True)
+    event_id: int = Field(foreign_key="events.id", index=True)
+    at: dt.datetime = Field(default_factory=_now)
+    actor: str = Field(max_length=80)
+    actor_id: int | None = None  # the staff member; null: the bootstrap token
+    role: str = Field(default="", max_length=16)
+    action: str = Field(max_length=32)
+    target: str = Field(default="", max_length=300)
+    attendee_id: int | None = None
+    detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

@@ -17,7 +17,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from labserver.content import Lab, Step
 from labserver.content.markdown import render
 from labserver.i18n import gettext
-from labserver.models import Announcement, Attendee, CheckRun, Environment, Event, HelpRequest
+from labserver.models import (
+    Announcement,
+    Attendee,
+    AuditEntry,
+    CheckRun,
+    Environment,
+    Event,
+    HelpRequest,
+    Staff,
+)
 from labserver.terminals.recorder import RecordingFile
 from labserver.terminals.sharing import Share
 
@@ -723,3 +732,62 @@ def json_file(model: type[BaseModel], description: str) -> dict[int | str, Any]:
 
 
 SSE = media("text/event-stream", "Server-Sent Events (see docs/architecture.md, live event kinds)")
+
+
+# -- staff (services/staff/) ------------------------------------------------------------------------
+class RolePublic(_Out):
+    role: str  # organiser | instructor | assistant
+    event_id: int | None  # null: every event
+
+
+class StaffPublic(_Out):
+    """A staff member and their roles (those that reach the event asked about)."""
+
+    id: int
+    name: str
+    email: str = ""
+    roles: list[RolePublic]
+
+    @classmethod
+    def of(cls, staff: Staff, grants: list[Any]) -> StaffPublic:
+        """``grants``: :class:`labserver.services.staff.roles.Grant` (role, event_id)."""
+        roles = [RolePublic(role=str(g.role), event_id=g.event_id) for g in grants]
+        return cls(id=staff.id or 0, name=staff.name, email=staff.email, roles=roles)
+
+
+class StaffAdded(_Out):
+    """A person given a role: their one-time sign-in ``link`` (or ``password``), shown this once."""
+
+    staff: StaffPublic
+    link: str = ""
+    password: str = ""
+    expires_in_hours: float | None = None
+
+
+class StaffMe(_Out):
+    """Who is signed in: ``staff_id`` null for the bootstrap instructor token."""
+
+    name: str
+    staff_id: int | None
+    roles: list[RolePublic]
+    #: the actions allowed on ``?event=`` (services/staff/roles.py), when it was given
+    allowed: list[str] = Field(default_factory=list)
+
+
+class AuditPublic(_Out):
+    """One line of an event's audit log (services/staff/audit.py)."""
+
+    id: int
+    at: str
+    actor: str
+    actor_id: int | None
+    role: str
+    action: str
+    target: str
+    attendee_id: int | None
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: AuditEntry) -> AuditPublic:
+        data = row.model_dump(include={"actor", "actor_id", "role", "action", "target", "attendee_id"})
+        return cls(id=row.id or 0, at=_aware_iso(row.at), detail=dict(row.detail), **data)

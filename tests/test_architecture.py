@@ -55,7 +55,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 MAX_LINES = 800
 #: the areas of ``labserver/services/``, lowest first: an area imports from itself and the areas
 #: before it (and from the shared modules at the top of ``services/``), never from one after it
-SERVICE_AREAS = ["provisioning", "support", "dashboard", "grading", "joining", "reporting", "operations"]
+SERVICE_AREAS = [
+    "provisioning",
+    "support",
+    "dashboard",
+    "grading",
+    "joining",
+    "reporting",
+    "operations",
+    "staff",
+]
 #: what may stay loose at the top of ``labserver/`` (what every layer uses), and the largest folder
 MAX_LOOSE_MODULES = 8
 MAX_MODULES_PER_FOLDER = 15

@@ -21,6 +21,7 @@ from labserver.cli import mutate as mutate_cli
 from labserver.cli import rehearse as rehearse_cli
 from labserver.cli import report as report_cli
 from labserver.cli import selfpaced as selfpaced_cli
+from labserver.cli import staff as staff_cli
 from labserver.config import Settings
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ db_app = typer.Typer(no_args_is_help=True, help="Database maintenance")
 app.add_typer(db_app, name="db")
 app.add_typer(images_cli.app, name="images")
 app.add_typer(env_cli.app, name="env")
+app.add_typer(staff_cli.app, name="staff")
 app.command("rehearse")(rehearse_cli.rehearse_command)
 app.command("doctor")(doctor_cli.doctor)
 
@@ -100,7 +102,7 @@ def serve(
     if dev_labs:
         settings.labs_dir = dev_labs[0].parent
     token_generated = False
-    if not settings.instructor_token:
+    if settings.staff.bootstrap_token and not settings.instructor_token:
         token_file = settings.data_dir / "instructor_token"
         if token_file.exists():
             settings.instructor_token = token_file.read_text().strip()
@@ -129,10 +131,13 @@ def serve(
     typer.echo(f"  labserver is starting on {url}")
     typer.echo(f"  event     : {event.title} ({'created' if created else 'existing'})")
     typer.echo(f"  join code : {event.code}")
-    typer.echo(
-        f"  instructor: {url}/instructor  token: {settings.instructor_token}"
-        + ("  (generated, saved in DATA_DIR/instructor_token)" if token_generated else "")
-    )
+    if settings.staff.bootstrap_token and settings.instructor_token:
+        typer.echo(
+            f"  instructor: {url}/instructor  token: {settings.instructor_token}"
+            + ("  (generated, saved in DATA_DIR/instructor_token)" if token_generated else "")
+        )
+    else:
+        typer.echo(f"  staff     : {url}/instructor  (instructor token off: `labserver staff add NAME`)")
     typer.echo(f"  labs      : {', '.join(ctx.catalog.labs) or '(none)'}")
     if dev_labs:
         typer.echo(f"  dev mode  : {', '.join(str(f) for f in dev_labs)} reload as you save (lint below)")

@@ -9,11 +9,13 @@ import hmac
 import ipaddress
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from sqlmodel import Session
 
 from labserver.observability import metrics
-from labserver.routes.deps import Ctx, SessionDep, instructor_from
+from labserver.routes.deps import Ctx, SessionDep, principal_from
 from labserver.schemas import media
 from labserver.services.operations.metrics_snapshot import snapshot
+from labserver.services.staff.roles import Action, may
 
 
 def _in_networks(host: str | None, networks: list[str]) -> bool:
@@ -34,13 +36,18 @@ def metrics_reader(request: Request, ctx: Ctx) -> None:
         return
     if _in_networks(request.client.host if request.client else None, conf.networks):
         return
-    if instructor_from(ctx, request.headers, request.cookies) is not None:
+    with Session(ctx.engine, expire_on_commit=False) as session:
+        principal = principal_from(ctx, session, request.headers, request.cookies)
+    if principal is not None and may(principal.grants, Action.server, None):
         return
     raise HTTPException(
-        403, "Metrics are for instructors and configured scrapers (LABSERVER_METRICS__TOKEN or __NETWORKS)."
+        403,
+        "Metrics are for organisers of every event and configured scrapers "
+        "(LABSERVER_METRICS__TOKEN or __NETWORKS).",
     )
 
 
+metrics_reader.action = Action.server  # type: ignore[attr-defined]  # the staff matrix reads it
 router = APIRouter(tags=["instructor"], dependencies=[Depends(metrics_reader)])
 
 

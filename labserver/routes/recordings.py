@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi import APIRouter, HTTPException, Path
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from labserver import clock
 from labserver.db import release
-from labserver.routes.deps import Ctx, CurrentAttendee, DbId, SessionDep, current_instructor
+from labserver.routes.deps import Ctx, CurrentAttendee, DbId, SessionDep, require
 from labserver.routes.instructor.api import get_attendee, get_event
 from labserver.schemas import EventPublic, ExportPublic, RecordingPublic, media
 from labserver.services.dashboard import room
+from labserver.services.staff import audit
+from labserver.services.staff.roles import Action
 from labserver.services.support import recordings
 
 router = APIRouter(prefix="/api/v1")
@@ -55,10 +57,14 @@ def my_recording(rec_id: RecId, me: CurrentAttendee, ctx: Ctx, download: bool = 
 
 
 # -- the instructor's view of one attendee -------------------------------------------------------------
-instructor = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
+instructor = APIRouter(prefix="/api/v1", tags=["instructor"])
 
 
-@instructor.get("/events/{event_id}/attendees/{attendee_id}/recordings", response_model=list[RecordingPublic])
+@instructor.get(
+    "/events/{event_id}/attendees/{attendee_id}/recordings",
+    response_model=list[RecordingPublic],
+    dependencies=[require(Action.terminal_view)],
+)
 def attendee_recordings(
     event_id: DbId, attendee_id: DbId, ctx: Ctx, session: SessionDep
 ) -> list[RecordingPublic]:
@@ -74,6 +80,7 @@ def attendee_recordings(
     "/events/{event_id}/attendees/{attendee_id}/recordings/{rec_id}",
     response_class=FileResponse,
     responses=CAST,
+    dependencies=[require(Action.terminal_view)],
 )
 def attendee_recording(
     event_id: DbId, attendee_id: DbId, rec_id: RecId, ctx: Ctx, session: SessionDep, download: bool = False
@@ -85,13 +92,19 @@ def attendee_recording(
     return _file(rec, download)
 
 
-@instructor.get("/events/{event_id}/export.zip", response_class=FileResponse, responses=ZIP)
+@instructor.get(
+    "/events/{event_id}/export.zip",
+    response_class=FileResponse,
+    responses=ZIP,
+    dependencies=[require(Action.export)],
+)
 def export_zip(
     event_id: DbId, ctx: Ctx, session: SessionDep, include_recordings: bool = False
 ) -> FileResponse:
     """The results (CSV and JSON) as one zip; ``include_recordings=1`` adds every terminal recording."""
     event = get_event(session, event_id)
     facts = room.load_facts(ctx, session, event)
+    audit_csv = audit.export_csv(audit.of_event(session, event_id, limit=None))
     release(session)
     data = ExportPublic.model_validate(
         {"event": EventPublic.of(event, len(facts.attendees)), "results": room.export_rows(facts)}
@@ -99,6 +112,7 @@ def export_zip(
     files = {
         "results.csv": room.export_csv(facts),
         "results.json": json.dumps(data.model_dump(mode="json"), ensure_ascii=False, indent=1),
+        "audit.csv": audit_csv,
     }
     tmp = recordings.export_zip(
         ctx,

@@ -6,13 +6,15 @@ opens only on an active share."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, HTTPException
 
-from labserver.routes.deps import Ctx, CurrentAttendee, DbId, Instructor, SessionDep, current_instructor
+from labserver.routes.deps import Ctx, CurrentAttendee, DbId, SessionDep, require
 from labserver.routes.instructor.api import get_event
 from labserver.schemas import ErrorPublic, SharePublic
+from labserver.services.staff.audit import Acting
+from labserver.services.staff.roles import Action
 from labserver.services.support import help_share
 from labserver.services.support.help_share import ShareError
 
@@ -22,7 +24,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 attendee = APIRouter(prefix="/api/v1", tags=["attendee"])
-instructor = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
+instructor = APIRouter(prefix="/api/v1", tags=["instructor"])
 
 
 # -- the attendee ------------------------------------------------------------------------------------
@@ -56,29 +58,40 @@ def end_my_share(me: CurrentAttendee, ctx: Ctx) -> SharePublic | None:
 
 # -- the instructor ------------------------------------------------------------------------------------
 @instructor.post("/events/{event_id}/help/{help_id}/share", response_model=SharePublic, responses=ERRORS)
-def ask_share(event_id: DbId, help_id: DbId, me: Instructor, ctx: Ctx, session: SessionDep) -> SharePublic:
-    """Ask the attendee of a raised hand to share their terminal (they accept on their page)."""
+def ask_share(
+    event_id: DbId, help_id: DbId, me: Annotated[Acting, require(Action.share)], ctx: Ctx, session: SessionDep
+) -> SharePublic:
+    """Ask the attendee of a raised hand to share their terminal (they accept on their page); the
+    share ends with the asker's right to the event (services/staff/watch.py)."""
     get_event(session, event_id)
     try:
-        return SharePublic.of(help_share.ask(ctx, session, event_id=event_id, help_id=help_id, by=me))
+        share = help_share.ask(ctx, session, event_id=event_id, help_id=help_id, by=me.name)
     except LookupError as exc:
         raise HTTPException(404, f"No help request {help_id} in this event.") from exc
     except ShareError as exc:
         raise HTTPException(409, str(exc)) from exc
+    ctx.staff_watch.hold_share(share.id, me.principal, event_id)
+    me.note(share="asked", lab=share.lab)
+    return SharePublic.of(share)
 
 
-@instructor.get("/events/{event_id}/shares", response_model=list[SharePublic])
+@instructor.get(
+    "/events/{event_id}/shares", response_model=list[SharePublic], dependencies=[require(Action.view)]
+)
 def event_shares(event_id: DbId, ctx: Ctx) -> list[SharePublic]:
     """The event's requests to share that are asked or active."""
     return [SharePublic.of(s) for s in ctx.shares.live_in(event_id)]
 
 
 @instructor.delete("/events/{event_id}/shares/{share_id}", response_model=SharePublic, responses=ERRORS)
-def end_share(event_id: DbId, share_id: DbId, me: Instructor, ctx: Ctx) -> SharePublic:
+def end_share(
+    event_id: DbId, share_id: DbId, me: Annotated[Acting, require(Action.share)], ctx: Ctx
+) -> SharePublic:
     """Stop a shared terminal (or withdraw the request)."""
     try:
         share = help_share.of_event(ctx, event_id=event_id, share_id=share_id)
     except LookupError as exc:
         raise HTTPException(404, f"No share {share_id} in this event.") from exc
-    help_share.end(ctx, share, by=me)
+    help_share.end(ctx, share, by=me.name)
+    me.note(share="ended")
     return SharePublic.of(share)

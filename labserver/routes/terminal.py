@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -25,9 +25,12 @@ from labserver.backends.base import BackendError, EnvRef
 from labserver.i18n import gettext
 from labserver.live import Kind, LiveEvent
 from labserver.models import Environment
-from labserver.routes.deps import Me, instructor_from, resolve_in_own_session, token_from
+from labserver.routes.deps import Me, authorize_ws, resolve_in_own_session, token_from
 from labserver.services.context import AppContext
 from labserver.services.provisioning import environments
+from labserver.services.staff import audit
+from labserver.services.staff.roles import Action
+from labserver.services.staff.watch import Held
 from labserver.services.support import help_share
 from labserver.terminals.sessions import RESYNC, TerminalSession
 from labserver.terminals.sharing import Share
@@ -278,20 +281,22 @@ def status_line(lang: str, ev: LiveEvent) -> str:
 
 @router.websocket("/environments/{env_id}/terminal")
 async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
-    """An instructor's view of an attendee's terminal. ``readonly=1`` (the default) never forwards
-    keystrokes. ``lab`` picks which lab's shell (default: the most recently opened).
-    ``readonly=0`` (typing) needs ``lab`` and the attendee's consent: an active share of that
-    environment and lab (labserver/terminals/sharing.py), else the socket is closed with 4403; the socket
-    is closed with 4403 too the moment the share ends."""
+    """A staff member's view of an attendee's terminal (``routes/deps.authorize_ws``: the role's
+    ``terminal.view`` on the environment's event, else close 4403). ``readonly=1`` (the default)
+    never forwards keystrokes. ``lab`` picks which lab's shell (default: the most recently opened).
+    ``readonly=0`` (typing) needs the role's ``share``, ``lab`` and the attendee's consent: an
+    active share of that environment and lab (labserver/terminals/sharing.py), else the socket is
+    closed with 4403; it is closed with 4403 too the moment the share ends, and when the person's
+    right to the event goes (signed out, removed: services/staff/watch.py). Opening a typing view
+    writes an audit line."""
     ctx: AppContext = ws.app.state.ctx
-    name = instructor_from(ctx, ws.headers, ws.cookies) or (
-        "instructor" if _query_token_ok(ctx, ws) else None
-    )
-    if name is None:
-        await ws.close(code=4403, reason="instructor only")
-        return
     readonly = ws.query_params.get("readonly", "1") != "0"
     lab_id = ws.query_params.get("lab", "")
+    action = Action.terminal_view if readonly else Action.share
+    me, refused = await run_in_threadpool(authorize_ws, ctx, ws, action, env_id)
+    if me is None:
+        await ws.close(code=refused, reason="no such environment" if refused == 4404 else "staff only")
+        return
     grant = None
     if not readonly:
         grant = ctx.shares.grant(env_id, lab_id)
@@ -316,24 +321,39 @@ async def instructor_terminal(ws: WebSocket, env_id: str) -> None:
         )
         await ws.close(code=1000)
         return
-    if grant is None:
-        await bridge(ws, session, readonly=readonly)
-        return
-    share = grant
+    held = ctx.staff_watch.hold(me.principal, row.event_id)
+    try:
+        if grant is None:
+            await _until_signed_out(ws, held, bridge(ws, session, readonly=readonly))
+            return
+        share = grant
+        me.note(terminal="typing", lab=lab_id)
+        await run_in_threadpool(audit.record, ctx.engine, me)
 
-    def typed() -> None:
-        help_share.typed(ctx, share, who=name)
+        def typed() -> None:
+            help_share.typed(ctx, share, who=me.name)
 
-    await bridge(ws, session, readonly=False, share=share, on_typed=typed)
+        await _until_signed_out(ws, held, bridge(ws, session, readonly=False, share=share, on_typed=typed))
+    finally:
+        ctx.staff_watch.release(held)
+
+
+async def _until_signed_out(ws: WebSocket, held: Held, bridged: Coroutine[Any, Any, None]) -> None:
+    """Run ``bridged`` until it ends or the person's right to the event goes (then 4403)."""
+    task = asyncio.ensure_future(bridged)
+    ended = asyncio.ensure_future(held.ended.wait())
+    try:
+        done, _ = await asyncio.wait({task, ended}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            with contextlib.suppress(Exception):  # first, so the bridge's own close does not say 1000
+                await ws.close(code=4403, reason="signed out")
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    finally:
+        ended.cancel()
 
 
 def _environment_row(ctx: AppContext, env_id: str) -> Environment | None:
     with Session(ctx.engine, expire_on_commit=False) as db:
         return db.get(Environment, env_id)
-
-
-def _query_token_ok(ctx: AppContext, ws: WebSocket) -> bool:
-    import hmac
-
-    token = ws.query_params.get("instructor_token", "")
-    return bool(ctx.settings.instructor_token) and hmac.compare_digest(token, ctx.settings.instructor_token)

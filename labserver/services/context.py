@@ -16,6 +16,7 @@ from labserver.live import LiveHub
 from labserver.services.grading.fair_queue import CheckQueue
 from labserver.services.joining.join_notes import JoinWatch
 from labserver.services.provisioning.admission import Admission
+from labserver.services.staff.watch import StaffWatch
 from labserver.terminals.sessions import TerminalHub
 from labserver.terminals.sharing import ShareBook
 
@@ -32,6 +33,10 @@ class AppContext:
     check_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(4))
     check_queue: CheckQueue | None = None  # the fair queue (None: check_slots, the plain semaphore)
     join_watch: JoinWatch = field(default_factory=JoinWatch)  # user agent + address key per join
+    #: staff streams, terminal views and shares, ended when their right goes (services/staff/watch.py)
+    staff_watch: StaffWatch = field(default_factory=StaffWatch)
+    #: Authlib's client of the OpenID Connect provider (services/staff/oidc.py), or None
+    oidc: Any = None
     shares: ShareBook = field(default_factory=ShareBook)  # help with consent (labserver/terminals/sharing.py)
     #: ids of the check runs this server is running (services/operations/recovery.py: a ``running`` row not in
     #: here is one no live server will finish)

@@ -25,8 +25,8 @@ class Attendee:
 
 def login_instructor(page: Page, name: str = "Zoe") -> None:
     page.goto("/instructor/login")
-    page.fill("input[name=name]", name)
-    page.fill("input[name=token]", INSTRUCTOR_TOKEN)
+    page.fill("#login-form input[name=name]", name)
+    page.fill("#login-form input[name=token]", INSTRUCTOR_TOKEN)
     page.click("#login-form button[type=submit]")
     expect(page.locator(".i-topbar .who")).to_have_text(name)
 

@@ -177,8 +177,8 @@ def test_the_instructor_pages_speak_chinese(browser, base_url: str) -> None:  # 
     try:
         page = context.new_page()
         page.goto("/instructor/login")
-        expect(page.locator("h1")).to_have_text("讲师登录")
-        page.fill("input[name=name]", "李老师")
+        expect(page.locator("h1")).to_have_text("工作人员登录")
+        page.fill("#login-form input[name=name]", "李老师")
         page.screenshot(path=str(SCREENSHOTS / "instructor-login-zh.png"))
         login_instructor(page, "李老师")
         expect(page.locator("h1")).to_have_text("活动")

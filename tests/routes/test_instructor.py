@@ -56,7 +56,7 @@ def test_two_instructors_at_once_each_keep_their_name(app: FastAPI, event: Event
 
 def test_login_page_speaks_chinese(client: TestClient) -> None:
     page = client.get("/instructor/login", headers={"Accept-Language": "zh-CN"})
-    assert "讲师登录" in page.text
+    assert "工作人员登录" in page.text
 
 
 # -- events -----------------------------------------------------------------------------------------
@@ -462,11 +462,15 @@ def test_dashboard_context_is_what_the_page_shows(app: FastAPI, client: TestClie
     from starlette.requests import Request
 
     from labserver.routes.instructor.pages import dashboard_context
+    from labserver.services.staff.accounts import bootstrap_principal
+    from labserver.services.staff.audit import Acting
+    from labserver.services.staff.roles import Action
 
     join(client, "Ada")
     request = Request({"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": b""})
     with Session(app.state.ctx.engine) as s:
-        context = dashboard_context(request, app.state.ctx, s, "Zoe", event.id or 0)
+        zoe = Acting(bootstrap_principal("Zoe", "token:x"), Action.view, event.id)
+        context = dashboard_context(request, app.state.ctx, s, zoe, event.id or 0)
     assert context["instructor"] == "Zoe" and context["ev"]["attendees"] == 1
     assert [lab["id"] for lab in context["labs"]] == ["getting-started"]
     assert len(context["labs"][0]["steps"]) == 5 and context["config"]["event"] == event.id

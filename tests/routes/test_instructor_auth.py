@@ -15,7 +15,15 @@ from labserver.models import Event
 from labserver.routes.deps import ATTENDEE_COOKIE, INSTRUCTOR_COOKIE, make_instructor_cookie
 from tests.conftest import INSTRUCTOR_TOKEN, instructor_headers, iter_routes, join
 
-OPEN_PAGES = {("GET", "/instructor/login"), ("POST", "/instructor/login"), ("POST", "/instructor/logout")}
+OPEN_PAGES = {
+    ("GET", "/instructor/login"),
+    ("POST", "/instructor/login"),
+    ("POST", "/instructor/logout"),
+    ("GET", "/instructor/signin/{secret}"),  # signing in (routes/instructor/signin.py)
+    ("POST", "/instructor/signin/{secret}"),
+    ("GET", "/instructor/oidc/login"),
+    ("GET", "/instructor/oidc/callback"),
+}
 
 
 def instructor_routes(app: FastAPI) -> list[tuple[str, str]]:

@@ -179,7 +179,7 @@ def test_the_export_zip_carries_recordings_when_asked(client: TestClient, event:
     plain = zipfile.ZipFile(
         io.BytesIO(client.get(f"/api/v1/events/{event.id}/export.zip", headers=INSTR).content)
     )
-    assert sorted(plain.namelist()) == ["results.csv", "results.json"]
+    assert sorted(plain.namelist()) == ["audit.csv", "results.csv", "results.json"]
     resp = client.get(f"/api/v1/events/{event.id}/export.zip?include_recordings=1", headers=INSTR)
     full = zipfile.ZipFile(io.BytesIO(resp.content))
     casts = [n for n in full.namelist() if n.startswith(f"recordings/{ada_id}/")]

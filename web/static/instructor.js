@@ -10,6 +10,8 @@
   const $ = (sel, root) => (root || document).querySelector(sel);
   const S = JSON.parse(($('#i-strings') || { textContent: '{}' }).textContent);
   const CFG = JSON.parse(($('#i-config') || { textContent: '{}' }).textContent);
+  // a card the signed-in role may not use is not on the page (services/staff/roles.py): its handlers skip
+  const on = (sel, type, fn) => { const el = $(sel); if (el) el.addEventListener(type, fn); };
   const esc = (s) => String(s == null ? '' : s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
 
   async function api(method, url, body) {
@@ -293,7 +295,7 @@
       $('#joins-list').innerHTML = list.length ? list.map((j) =>
         '<li data-a="' + j.id + '" data-name="' + esc(j.name) + '"><a href="/instructor/events/' + eventId + '/attendees/' + j.id + '">' + esc(j.name) + '</a> ' +
         '<span class="muted small">' + esc(j.user_agent || '?') + '</span><br><span class="why">' + esc(why(j)) + '</span> ' +
-        '<button type="button" data-act="remove">' + esc(S.remove) + '</button></li>').join('')
+        ((CFG.perms || []).includes('remove-attendee') ? '<button type="button" data-act="remove">' + esc(S.remove) + '</button>' : '') + '</li>').join('')
         : '<li class="muted">' + esc(S.no_joins) + '</li>';
     }
     $('#joins-list').addEventListener('click', async (ev) => {
@@ -347,7 +349,7 @@
       $('#announcements').innerHTML = list.slice(0, 5).map((a) =>
         '<li><span class="muted">' + esc(new Date(a.created_at).toLocaleTimeString()) + ' ' + esc(a.author) + ':</span> ' + esc(a.message) + '</li>').join('');
     }
-    $('#broadcast-form').addEventListener('submit', async (ev) => {
+    on('#broadcast-form', 'submit', async (ev) => {
       ev.preventDefault();
       const text = $('#broadcast-text');
       try {
@@ -358,7 +360,7 @@
     });
 
     // -- environments: warm pool size, stop all ----------------------------------------------------
-    $('#warm-form').addEventListener('submit', async (ev) => {
+    on('#warm-form', 'submit', async (ev) => {
       ev.preventDefault();
       const v = $('#warm-size').value;
       try {
@@ -366,7 +368,7 @@
         $('#environments-status').textContent = S.saved;
       } catch (e) { $('#environments-status').textContent = S.failed + ' ' + e.message; }
     });
-    $('#stop-all').addEventListener('click', async () => {
+    on('#stop-all', 'click', async () => {
       if (!confirm(S.confirm_stop_all)) return;
       $('#environments-status').textContent = '…';
       try {
@@ -378,7 +380,7 @@
     });
     // -- personal join codes (services/joining/seats.py) ---------------------------------------------------
     const showSeats = (c) => { $('#seats-count').textContent = c.used + ' / ' + c.total; };
-    $('#seats-form').addEventListener('submit', async (ev) => {
+    on('#seats-form', 'submit', async (ev) => {
       ev.preventDefault();
       try {
         const res = await api('POST', '/api/v1/events/' + eventId + '/seats', { count: Number($('#seats-n').value) });
@@ -390,7 +392,7 @@
         $('#seats-status').textContent = fmt(S.seats_made, { n: res.codes.length });
       } catch (e) { $('#seats-status').textContent = S.failed + ' ' + e.message; }
     });
-    $('#seats-only').addEventListener('change', async (ev) => {
+    on('#seats-only', 'change', async (ev) => {
       try {
         await api('PATCH', '/api/v1/events/' + eventId, { seats_only: ev.target.checked });
         $('#seats-status').textContent = S.saved;
@@ -399,9 +401,9 @@
         $('#seats-status').textContent = S.failed + ' ' + e.message;
       }
     });
-    setInterval(async () => { try { showSeats(await api('GET', '/api/v1/events/' + eventId + '/seats')); } catch (e) { /* next time */ } }, 15000);
+    if ($('#seats-count')) setInterval(async () => { try { showSeats(await api('GET', '/api/v1/events/' + eventId + '/seats')); } catch (e) { /* next time */ } }, 15000);
 
-    const admission = $('#admission-form');
+    const admission = $('#admission-form') || document.createElement('form');  // absent: not an organiser of every event
     const showAdmission = (a) => {
       if (document.activeElement !== admission.limit) admission.limit.value = a.limit;
       $('#admission-starting').textContent = a.starting;
@@ -415,8 +417,10 @@
         $('#admission-status').textContent = S.saved;
       } catch (e) { $('#admission-status').textContent = S.failed + ' ' + e.message; }
     });
-    loadAdmission();
-    setInterval(loadAdmission, 5000);
+    if ($('#admission-form')) {
+      loadAdmission();
+      setInterval(loadAdmission, 5000);
+    }
 
     document.querySelectorAll('.pace-form').forEach((form) => {
       const send = async (value) => {
@@ -520,7 +524,7 @@
         const dot = row.tr && row.tr.querySelector('.env-dot');
         if (dot) { dot.dataset.env = d.state; dot.title = d.state; }
       });
-      es.addEventListener('help', () => loadHelp());
+      es.addEventListener('help', () => { loadHelp(); document.dispatchEvent(new Event('labserver:changed')); });
       es.addEventListener('announcement', () => loadAnnouncements());
       es.addEventListener('pace', (m) => onPace(JSON.parse(m.data)));
       es.addEventListener('event.status', (m) => { $('#event-status').textContent = JSON.parse(m.data).status; });
@@ -625,10 +629,10 @@
         connectTerm();
       } catch (e) { status(S.failed + ' ' + e.message); }
     }
-    $('#act-reset').addEventListener('click', () => act('env:reset', { lab: actLab.value }, S.confirm_reset));
-    $('#act-restart').addEventListener('click', () => act('env:restart', undefined, null));
-    $('#act-recreate').addEventListener('click', () => act('env:recreate', undefined, S.confirm_recreate));
-    $('#act-reveal').addEventListener('click', () => act('/api/v1/events/' + eventId + '/attendees/' + aid + '/reveal', { lab: actLab.value, step: actStep.value }, S.confirm_reveal));
+    on('#act-reset', 'click', () => act('env:reset', { lab: actLab.value }, S.confirm_reset));
+    on('#act-restart', 'click', () => act('env:restart', undefined, null));
+    on('#act-recreate', 'click', () => act('env:recreate', undefined, S.confirm_recreate));
+    on('#act-reveal', 'click', () => act('/api/v1/events/' + eventId + '/attendees/' + aid + '/reveal', { lab: actLab.value, step: actStep.value }, S.confirm_reveal));
 
     // the terminal view: read-only, or typing on a share the attendee accepted (help with consent)
     const box = $('#term');

@@ -23,26 +23,28 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from sqlmodel import Session
 from sse_starlette.sse import EventSourceResponse
 
 from labserver.live import Kind, LiveEvent, Subscription
 from labserver.models import Event
-from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
+from labserver.routes.deps import Ctx, DbId, SessionDep, require
 from labserver.routes.instructor.api import get_event
-from labserver.routes.instructor.pages import PageInstructor, instructor_base
+from labserver.routes.instructor.pages import ViewPage, instructor_base
 from labserver.routes.instructor.stream import GRID_KINDS, grid_event, prefetch
 from labserver.routes.pages import render_page
 from labserver.schemas import SSE, EventPublic
 from labserver.services.context import AppContext
 from labserver.services.joining import event_admin
+from labserver.services.staff.audit import Acting
+from labserver.services.staff.roles import Action
 from labserver.services.support.gallery import COLS, INTERVAL_S, ROWS, GalleryFeed, event_envs
 
-api = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
+api = APIRouter(prefix="/api/v1", tags=["instructor"])
 pages = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])
 
 
@@ -96,7 +98,9 @@ async def gallery_stream(
 
 
 @api.get("/events/{event_id}/gallery/stream", response_class=EventSourceResponse, responses=SSE)
-async def stream(event_id: DbId, ctx: Ctx) -> EventSourceResponse:
+async def stream(
+    event_id: DbId, ctx: Ctx, me: Annotated[Acting, require(Action.view)]
+) -> EventSourceResponse:
     """SSE for the gallery page: ``ready``, ``thumbs`` (every terminal's last lines, at most once a
     second per thumbnail, as differences) and the grid deltas of the instructor stream."""
     with Session(ctx.engine, expire_on_commit=False) as session:  # not held while streaming
@@ -104,11 +108,12 @@ async def stream(event_id: DbId, ctx: Ctx) -> EventSourceResponse:
     envs = await asyncio.to_thread(event_envs, ctx.engine, event_id)
     feed = GalleryFeed(ctx.terminals, envs, rows=ROWS, cols=COLS)
     sub = ctx.live.subscribe(event_id, kinds=GRID_KINDS, on_queued=prefetch(ctx, event))
-    return EventSourceResponse(gallery_stream(ctx, event, sub, feed, every(INTERVAL_S)), ping=15)
+    feed_stream = gallery_stream(ctx, event, sub, feed, every(INTERVAL_S))
+    return EventSourceResponse(ctx.staff_watch.guard(me.principal, event_id, feed_stream), ping=15)
 
 
 def gallery_context(
-    request: Request, ctx: AppContext, session: Session, me: str, event_id: int
+    request: Request, ctx: AppContext, session: Session, me: Acting, event_id: int
 ) -> dict[str, Any]:
     base = instructor_base(request, me, "instructor-gallery")
     event = get_event(session, event_id)
@@ -121,7 +126,7 @@ def gallery_context(
 
 @pages.get("/events/{event_id}/gallery")
 def gallery_page(
-    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: ViewPage
 ) -> HTMLResponse:
     """Every attendee's terminal as a live thumbnail, sortable; a click opens the read-only view."""
     return render_page(ctx, "instructor_gallery.html", gallery_context(request, ctx, session, me, event_id))

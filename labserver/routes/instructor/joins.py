@@ -9,15 +9,16 @@ identities, and removing an attendee for good (:mod:`labserver.services.joining.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel
 
-from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
+from labserver.routes.deps import Ctx, DbId, SessionDep, require
 from labserver.routes.instructor.api import get_attendee, get_event
 from labserver.schemas import ErrorPublic, StatusPublic
 from labserver.services.joining import join_watch
+from labserver.services.staff.roles import Action
 
-router = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
+router = APIRouter(prefix="/api/v1", tags=["instructor"])
 
 
 class JoinPublic(BaseModel):
@@ -31,7 +32,10 @@ class JoinPublic(BaseModel):
 
 
 @router.get(
-    "/events/{event_id}/joins", response_model=list[JoinPublic], responses={404: {"model": ErrorPublic}}
+    "/events/{event_id}/joins",
+    response_model=list[JoinPublic],
+    responses={404: {"model": ErrorPublic}},
+    dependencies=[require(Action.view)],
 )
 def list_joins(event_id: DbId, ctx: Ctx, session: SessionDep) -> list[JoinPublic]:
     """Every attendee of the event with the signs of a cheap identity (services/joining/join_watch.py)."""
@@ -43,6 +47,7 @@ def list_joins(event_id: DbId, ctx: Ctx, session: SessionDep) -> list[JoinPublic
     "/events/{event_id}/attendees/{attendee_id}",
     response_model=StatusPublic,
     responses={404: {"model": ErrorPublic}},
+    dependencies=[require(Action.remove_attendee)],
 )
 async def remove_attendee(event_id: DbId, attendee_id: DbId, ctx: Ctx, session: SessionDep) -> StatusPublic:
     """Remove an attendee for good: shells closed, environment destroyed, records deleted."""

@@ -3,111 +3,51 @@
 (``events_context``, ``event_form_context``, ``dashboard_context``, ``attendee_context``) that tests
 call directly. After loading, the dashboard and the drill-down talk to the instructor JSON API.
 
-Anonymous users and attendees are redirected to the login page (303); a signed cookie
-(:func:`~labserver.routes.deps.make_instructor_cookie`) carries the instructor's name, so several
-instructors work at once and the help queue shows who claimed what."""
+Anonymous users and attendees are redirected to the sign-in page (303, :mod:`.signin`); a staff
+member whose role does not allow a page gets 403 (:func:`~labserver.routes.deps.require`). Each
+person signs in as themselves, so several work at once and the help queue shows who claimed what."""
 
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 from typing import Annotated, Any
-from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
-from labserver.i18n import translations
 from labserver.models import EventStatus
-from labserver.routes.deps import (
-    INSTRUCTOR_COOKIE,
-    Ctx,
-    DbId,
-    SessionDep,
-    instructor_from,
-    make_instructor_cookie,
-)
+from labserver.routes.deps import Ctx, DbId, SessionDep, require
 from labserver.routes.instructor.api import get_attendee, get_event
-from labserver.routes.pages import base_context, render_page, safe_next
+from labserver.routes.pages import base_context, render_page
 from labserver.schemas import EnvironmentPublic, EventPublic
 from labserver.services.context import AppContext
 from labserver.services.joining import event_admin, seats
 from labserver.services.joining.event_admin import EventError
 from labserver.services.provisioning.environments import event_labs, get_row
 from labserver.services.reporting import completion
+from labserver.services.staff.audit import Acting
+from labserver.services.staff.roles import Action, allowed, events_seen, may
 
 router = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])
 
 Context = dict[str, Any]
 
 
-def page_instructor(request: Request, ctx: Ctx) -> str:
-    """The instructor's name, or a 303 to the login page."""
-    name = instructor_from(ctx, request.headers, request.cookies)
-    if name is None:
-        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise HTTPException(303, headers={"Location": f"/instructor/login?next={quote(here)}"})
-    return name
+#: a staff page's right (:func:`~labserver.routes.deps.require` with ``page=True``: anyone not signed
+#: in is sent to the sign-in page, a role without the right gets 403)
+ViewPage = Annotated[Acting, require(Action.view, page=True)]
+EditPage = Annotated[Acting, require(Action.edit, page=True)]
+EditFormPage = Annotated[Acting, require(Action.edit, page=True, audit=False)]  # only shows the form
+CreatePage = Annotated[Acting, require(Action.create_event, page=True)]
 
 
-PageInstructor = Annotated[str, Depends(page_instructor)]
-
-
-def instructor_base(request: Request, name: str | None, page: str) -> Context:
+def instructor_base(request: Request, me: Acting | None, page: str) -> Context:
+    """What every staff page's template reads: who is signed in and what they may do here (the
+    pages offer only the buttons of ``perms``; the routes refuse the rest anyway)."""
     base = base_context(request, None, page)
-    return {**base, "instructor": name}
-
-
-# -- login ------------------------------------------------------------------------------------------
-def login_context(request: Request, error: str = "", name: str = "") -> Context:
-    return {
-        **instructor_base(request, None, "instructor-login"),
-        "next": safe_next(request.query_params.get("next", "/instructor"), "/instructor"),
-        "error": error,
-        "name": name,
-    }
-
-
-@router.get("/login")
-def login_page(request: Request, ctx: Ctx) -> HTMLResponse:
-    """The instructor's login form."""
-    return render_page(ctx, "instructor_login.html", login_context(request))
-
-
-@router.post("/login")
-def login(
-    request: Request,
-    ctx: Ctx,
-    token: Annotated[str, Form()] = "",
-    name: Annotated[str, Form()] = "",
-    next: Annotated[str, Form()] = "/instructor",
-) -> Response:
-    """Check the instructor token; set the signed instructor cookie."""
-    expected = ctx.settings.instructor_token
-    name = " ".join(name.split())[:80]
-    if not expected or not hmac.compare_digest(token.strip(), expected):
-        _ = translations(base_context(request, None, "x")["lang"]).gettext
-        context = login_context(request, _("That is not the instructor token."), name)
-        context["next"] = safe_next(next, "/instructor")
-        return render_page(ctx, "instructor_login.html", context, status_code=403)
-    resp = RedirectResponse(safe_next(next, "/instructor"), status_code=303)
-    resp.set_cookie(
-        INSTRUCTOR_COOKIE,
-        make_instructor_cookie(ctx, name or "instructor"),
-        httponly=True,
-        samesite="lax",
-        max_age=7 * 24 * 3600,
-    )
-    return resp
-
-
-@router.post("/logout")
-def logout() -> RedirectResponse:
-    """Forget the instructor cookie."""
-    resp = RedirectResponse("/instructor/login", status_code=303)
-    resp.delete_cookie(INSTRUCTOR_COOKIE)
-    return resp
+    perms = allowed(me.principal.grants, me.event_id) if me is not None else []
+    return {**base, "instructor": me.name if me is not None else None, "perms": perms}
 
 
 # -- events -----------------------------------------------------------------------------------------
@@ -118,10 +58,21 @@ def _catalog_labs(ctx: AppContext, lang: str) -> list[Context]:
     ]
 
 
-def events_context(request: Request, ctx: AppContext, session: Session, me: str) -> Context:
+def events_context(request: Request, ctx: AppContext, session: Session, me: Acting) -> Context:
     base = instructor_base(request, me, "instructor-events")
-    events = [e.model_dump() for e in event_admin.list_events(session)]
-    return {**base, "events": events, "statuses": [s.value for s in EventStatus]}
+    seen = events_seen(me.principal.grants)
+    grants = me.principal.grants
+    events = [
+        {**e.model_dump(), "edit": may(grants, Action.edit, e.id)}
+        for e in event_admin.list_events(session)
+        if seen is None or e.id in seen
+    ]
+    return {
+        **base,
+        "events": events,
+        "statuses": [s.value for s in EventStatus],
+        "can_create": may(grants, Action.create_event, None),
+    }
 
 
 def _local(t: dt.datetime | None) -> str:
@@ -131,7 +82,7 @@ def _local(t: dt.datetime | None) -> str:
 def event_form_context(
     request: Request,
     ctx: AppContext,
-    me: str,
+    me: Acting,
     values: Context | None = None,
     error: EventError | None = None,
     event_id: int | None = None,
@@ -190,13 +141,13 @@ FormStr = Annotated[str, Form()]
 
 
 @router.get("")
-def events_page(request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor) -> HTMLResponse:
+def events_page(request: Request, ctx: Ctx, session: SessionDep, me: ViewPage) -> HTMLResponse:
     """Every event, with status buttons."""
     return render_page(ctx, "instructor_events.html", events_context(request, ctx, session, me))
 
 
 @router.get("/events/new")
-def new_event_page(request: Request, ctx: Ctx, me: PageInstructor) -> HTMLResponse:
+def new_event_page(request: Request, ctx: Ctx, me: CreatePage) -> HTMLResponse:
     """The form for a new event."""
     return render_page(ctx, "instructor_event_form.html", event_form_context(request, ctx, me))
 
@@ -206,7 +157,7 @@ def create_event(
     request: Request,
     ctx: Ctx,
     session: SessionDep,
-    me: PageInstructor,
+    me: CreatePage,
     title: FormStr = "",
     labs: FormStr = "",
     code: FormStr = "",
@@ -230,7 +181,7 @@ def create_event(
 
 @router.get("/events/{event_id}/edit")
 def edit_event_page(
-    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: EditFormPage
 ) -> HTMLResponse:
     """The form of an existing event."""
     event = get_event(session, event_id)
@@ -247,7 +198,7 @@ def edit_event(
     request: Request,
     ctx: Ctx,
     session: SessionDep,
-    me: PageInstructor,
+    me: EditPage,
     title: FormStr = "",
     labs: FormStr = "",
     code: FormStr = "",
@@ -261,10 +212,12 @@ def edit_event(
     event = get_event(session, event_id)
     raw = {"title": title, "labs": labs, "code": code, "capacity": capacity}
     raw |= {"starts_at": starts_at, "ends_at": ends_at, "backend": backend, "image": image}
+    me.note(fields="the event form")
     try:
         event_admin.update(ctx, session, event, **_form_fields(**raw))
     except EventError as exc:
         session.rollback()
+        me.skip = True  # nothing changed: no audit line
         raw["labs"] = [lab for lab in labs.replace(",", "\n").splitlines() if lab.strip()]  # type: ignore[assignment]
         context = event_form_context(request, ctx, me, raw, exc, event_id=event_id)
         return render_page(ctx, "instructor_event_form.html", context, status_code=400)
@@ -273,7 +226,7 @@ def edit_event(
 
 @router.post("/events/{event_id}/status")
 def event_status(
-    event_id: DbId, ctx: Ctx, session: SessionDep, me: PageInstructor, status: FormStr = ""
+    event_id: DbId, ctx: Ctx, session: SessionDep, me: EditPage, status: FormStr = ""
 ) -> Response:
     """Open, close or archive an event from the events page."""
     event = get_event(session, event_id)
@@ -281,12 +234,15 @@ def event_status(
         event_admin.set_status(ctx, session, event, status)
     except EventError as exc:
         raise HTTPException(400, exc.message) from exc
+    me.note(status=status)
     target = "/instructor" if status == EventStatus.archived else f"/instructor/events/{event_id}"
     return RedirectResponse(target, status_code=303)
 
 
 # -- the room ---------------------------------------------------------------------------------------
-def dashboard_context(request: Request, ctx: AppContext, session: Session, me: str, event_id: int) -> Context:
+def dashboard_context(
+    request: Request, ctx: AppContext, session: Session, me: Acting, event_id: int
+) -> Context:
     base = instructor_base(request, me, "instructor-dashboard")
     event = get_event(session, event_id)
     lang = base["lang"]
@@ -310,13 +266,13 @@ def dashboard_context(request: Request, ctx: AppContext, session: Session, me: s
         "seats_used": seats_used,
         "labs": labs,
         "completion_key": completion.public_key(event, ctx.settings.ensure_secret_key()).model_dump(),
-        "config": {"event": event.id, "lang": lang, "me": me},
+        "config": {"event": event.id, "lang": lang, "me": me.name, "perms": base["perms"]},
     }
 
 
 @router.get("/events/{event_id}")
 def dashboard_page(
-    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: ViewPage
 ) -> HTMLResponse:
     """The live room: grid, stuck list, help queue, pacing, broadcast."""
     return render_page(
@@ -325,7 +281,7 @@ def dashboard_page(
 
 
 def attendee_context(
-    request: Request, ctx: AppContext, session: Session, me: str, event_id: int, attendee_id: int
+    request: Request, ctx: AppContext, session: Session, me: Acting, event_id: int, attendee_id: int
 ) -> Context:
     base = instructor_base(request, me, "instructor-attendee")
     event = get_event(session, event_id)
@@ -352,13 +308,14 @@ def attendee_context(
             "env_id": env.get("id"),
             "labs": [lab["id"] for lab in labs],
             "lang": lang,
+            "perms": base["perms"],
         },
     }
 
 
 @router.get("/events/{event_id}/attendees/{attendee_id}")
 def attendee_page(
-    event_id: DbId, attendee_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId, attendee_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: ViewPage
 ) -> HTMLResponse:
     """One attendee: environment, runs, read-only terminal view."""
     context = attendee_context(request, ctx, session, me, event_id, attendee_id)

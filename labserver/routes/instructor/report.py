@@ -12,23 +12,25 @@ anywhere, offline, and sends no request."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 from sqlmodel import Session
 
 from labserver import clock
 from labserver.i18n import pick_lang
-from labserver.routes.deps import Ctx, DbId, SessionDep, current_instructor
+from labserver.routes.deps import Ctx, DbId, SessionDep, require
 from labserver.routes.instructor.api import get_event
-from labserver.routes.instructor.pages import PageInstructor, instructor_base
+from labserver.routes.instructor.pages import instructor_base
 from labserver.routes.pages import jinja_env, render_page, templates_dir
 from labserver.schemas import CompletionKeyPublic, ReportPublic, json_file, media
 from labserver.services.context import AppContext
 from labserver.services.reporting import completion, report
+from labserver.services.staff.audit import Acting
+from labserver.services.staff.roles import Action
 
-api = APIRouter(prefix="/api/v1", tags=["instructor"], dependencies=[Depends(current_instructor)])
+api = APIRouter(prefix="/api/v1", tags=["instructor"])
 pages = APIRouter(prefix="/instructor", include_in_schema=False, tags=["instructor-pages"])
 
 CHART_JS = ("chart.js", "dist", "chart.umd.js")
@@ -73,6 +75,7 @@ def _attachment(event_code: str, ext: str) -> dict[str, str]:
     "/events/{event_id}/report.json",
     response_class=Response,
     responses=json_file(ReportPublic, "The post-event report (an attachment)"),
+    dependencies=[require(Action.report)],
 )
 def report_json(event_id: DbId, request: Request, ctx: Ctx, session: SessionDep) -> Response:
     """The post-event report as JSON, as a download."""
@@ -86,6 +89,7 @@ def report_json(event_id: DbId, request: Request, ctx: Ctx, session: SessionDep)
     "/events/{event_id}/report.html",
     response_class=Response,
     responses=media("text/html", "The post-event report as one self-contained HTML file"),
+    dependencies=[require(Action.report)],
 )
 def report_html(event_id: DbId, request: Request, ctx: Ctx, session: SessionDep) -> Response:
     """The post-event report as a self-contained HTML file, as a download."""
@@ -96,14 +100,18 @@ def report_html(event_id: DbId, request: Request, ctx: Ctx, session: SessionDep)
     return Response(html, media_type="text/html; charset=utf-8", headers=_attachment(event.code, "html"))
 
 
-@api.get("/events/{event_id}/completion-key", response_model=CompletionKeyPublic)
+@api.get(
+    "/events/{event_id}/completion-key",
+    response_model=CompletionKeyPublic,
+    dependencies=[require(Action.view)],
+)
 def completion_key(event_id: DbId, ctx: Ctx, session: SessionDep) -> CompletionKeyPublic:
     """The public key that signs this event's completion records."""
     return _key(ctx, session, event_id)[1]
 
 
 def report_context(
-    request: Request, ctx: AppContext, session: Session, me: str, event_id: int
+    request: Request, ctx: AppContext, session: Session, me: Acting, event_id: int
 ) -> dict[str, Any]:
     base = instructor_base(request, me, "instructor-report")
     event, key = _key(ctx, session, event_id)
@@ -113,7 +121,11 @@ def report_context(
 
 @pages.get("/events/{event_id}/report")
 def report_page(
-    event_id: DbId, request: Request, ctx: Ctx, session: SessionDep, me: PageInstructor
+    event_id: DbId,
+    request: Request,
+    ctx: Ctx,
+    session: SessionDep,
+    me: Annotated[Acting, require(Action.report, page=True, audit=False)],  # reading it is no download
 ) -> HTMLResponse:
     """The post-event report: charts, per-step tables, timelines, downloads."""
     return render_page(ctx, "instructor_report.html", report_context(request, ctx, session, me, event_id))

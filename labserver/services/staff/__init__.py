@@ -1,0 +1,1 @@
+"""Staff: accounts, roles per event, sessions, the audit log, sign-in through OpenID Connect (README.md)."""
